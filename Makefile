@@ -1,0 +1,58 @@
+# Thin wrappers around `python -m recipes`; the first target that needs Python
+# creates .venv and installs the pinned dependencies.
+#   make recipe NAME=mnist_mlp ARGS="execution.mode=xla train.epochs=2"
+#   make setup GPU=1        # TensorFlow's GPU build instead of the CPU one
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+# GPU=1 selects the GPU build; without GPU=, keep whichever build is installed.
+ifeq ($(GPU),)
+GPU := $(if $(wildcard $(VENV)/.installed-gpu),1,0)
+endif
+BUILD := $(if $(filter 1,$(GPU)),gpu,cpu)
+OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
+INSTALLED := $(VENV)/.installed-$(BUILD)
+export TF_CPP_MIN_LOG_LEVEL ?= 1
+
+.PHONY: help setup list show recipe test tensorboard clean
+
+help:
+	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
+	@echo "make show NAME=<recipe> [ARGS=...]                 print its resolved config"
+	@echo "make list                                          every recipe"
+	@echo "make test                                          the offline test suite"
+	@echo "make tensorboard                                   TensorBoard on runs/"
+	@echo "make setup [GPU=1]                                 create .venv (GPU=1: CUDA build)"
+
+setup: $(INSTALLED)
+
+$(INSTALLED): requirements.txt requirements-$(BUILD).txt constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip uninstall --quiet --yes $(OTHER_TF) >/dev/null 2>&1 || true
+	$(PY) -m pip install --quiet -r requirements-$(BUILD).txt -c constraints.txt
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+list: $(INSTALLED)
+	@$(PY) -m recipes list
+
+show: $(INSTALLED)
+	@test -n "$(NAME)" || { echo "usage: make show NAME=<recipe>; recipes:"; $(PY) -m recipes list; exit 2; }
+	@$(PY) -m recipes show $(NAME) $(ARGS)
+
+recipe: $(INSTALLED)
+	@test -n "$(NAME)" || { echo "usage: make recipe NAME=<recipe> [ARGS=\"key=value ...\"]; recipes:"; $(PY) -m recipes list; exit 2; }
+	@$(PY) -m recipes run $(NAME) $(ARGS)
+
+test: $(INSTALLED)
+	$(PY) -m pytest -q tests
+
+tensorboard: $(INSTALLED)
+	@mkdir -p runs
+	@echo "TensorBoard on runs/: open http://localhost:6006 (Ctrl-C stops it)"
+	@$(PY) -m tensorboard.main --logdir runs --host localhost --port 6006
+
+clean:
+	rm -rf $(VENV) .pytest_cache
