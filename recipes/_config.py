@@ -1,0 +1,186 @@
+"""Resolves a recipe's configuration.
+
+Precedence, lowest first: `DEFAULTS` < `configs/NAME.yaml` < each `--config`
+file in order < `key=value` overrides. A recipe's YAML may add keys of its own
+(its model's fields, say); everything after it may only set keys that exist.
+Unknown keys and values of the wrong type are `UserError`s that name the key.
+"""
+
+import copy
+import difflib
+from pathlib import Path
+
+import yaml
+
+from recipes import PACKAGE_DIR, UserError, check_name
+
+CONFIGS_DIR = PACKAGE_DIR.parent / "configs"
+
+DEFAULTS = {
+    "data": {
+        "source": "tfds",  # tfds | synthetic | folder
+        "name": "mnist",  # sets input shape and class count, also for folder/synthetic
+        "dir": None,  # tensorflow-datasets' data_dir; None is its own default
+        "path": None,  # root of an image folder tree, for data.source=folder
+        "batch_size": 128,
+        "validation_split": 0.1,  # fraction of the training split held out
+        "synthetic_examples": 2048,  # training examples for data.source=synthetic
+        "shuffle_buffer": 10000,
+        "cache": True,  # keep decoded uint8 images in memory after the first epoch
+    },
+    "model": {},
+    "train": {
+        "epochs": 10,
+        "steps_per_epoch": None,  # None: one pass over the training split
+        "lr": 1e-3,
+    },
+    "execution": {
+        "mode": "graph",  # eager | graph | xla
+        "steps_per_execution": 1,
+        "precision": "float32",  # float32 | mixed_float16 | mixed_bfloat16
+        "seed": 0,
+    },
+    "callbacks": {
+        "tensorboard": True,
+        "checkpoint": True,
+        "monitor": "val_accuracy",  # what decides the best checkpoint
+    },
+    "run": {
+        "dir": None,  # None: runs/NAME/<timestamp>
+        "resume": False,  # continue the latest unfinished run of this recipe
+        "verbose": "auto",  # auto | 0 | 1 | 2, as in model.fit; auto: 1 on a terminal, else 2
+    },
+}
+
+# Types of keys that their default does not show; any other key takes its
+# default's type. A key whose default is None also accepts null.
+TYPES = {
+    "data.dir": str,
+    "data.path": str,
+    "train.steps_per_epoch": int,
+    "run.dir": str,
+    "run.verbose": (str, int),
+}
+
+CHOICES = {
+    "data.source": ["tfds", "synthetic", "folder"],
+    "execution.mode": ["eager", "graph", "xla"],
+    "execution.precision": ["float32", "mixed_float16", "mixed_bfloat16"],
+    "run.verbose": ["auto", 0, 1, 2],
+}
+
+TYPE_NAMES = {bool: "true/false", int: "an integer", float: "a number",
+              str: "a string", list: "a list", dict: "a mapping"}
+
+
+def resolve(name, config_files=(), overrides=(), announce=print):
+    """Returns the resolved config of recipe `name` as a nested dict.
+
+    Args:
+        name: the recipe's name, also the stem of its YAML in `configs/`.
+        config_files: extra YAML files, applied in order.
+        overrides: `key=value` strings; values are parsed as YAML.
+        announce: called with one line per command-line override.
+    """
+    check_name(name)
+    config = copy.deepcopy(DEFAULTS)
+    recipe_yaml = CONFIGS_DIR / f"{name}.yaml"
+    if recipe_yaml.exists():
+        for key, value in _flatten(_read_yaml(recipe_yaml)).items():
+            if key.partition(".")[0] not in DEFAULTS:
+                raise UserError(f"{recipe_yaml}: unknown section in '{key}'; "
+                                f"sections are {', '.join(DEFAULTS)}.")
+            _set(config, key, value)
+    schema = {key: (TYPES.get(key, type(value)), value is None)
+              for key, value in _flatten(config).items()}
+
+    for path in config_files:
+        for key, value in _flatten(_read_yaml(Path(path))).items():
+            _set(config, key, _checked(schema, key, value, f"in {path}"))
+    for item in overrides:
+        key, value = _parse_override(item)
+        _set(config, key, _checked(schema, key, value, "on the command line"))
+        announce(f"override: {key} = {value!r}")
+    return config
+
+
+def dump(config):
+    """Returns `config` as YAML text, sections in their usual order."""
+    return yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
+
+
+def _read_yaml(path):
+    if not path.is_file():
+        raise UserError(f"Config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise UserError(f"{path} is not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} must hold a mapping of sections, "
+                        f"got {type(data).__name__}.")
+    return data
+
+
+def _parse_override(item):
+    key, sep, text = item.partition("=")
+    if not sep or not key:
+        raise UserError(f"Expected key=value, got '{item}' "
+                        f"(for example train.epochs=2).")
+    try:
+        return key.strip(), yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise UserError(f"Cannot parse the value of '{item}' as YAML.") from None
+
+
+def _flatten(tree, prefix=""):
+    flat = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and (value or not prefix):
+            flat.update(_flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def _set(config, dotted, value):
+    *parents, leaf = dotted.split(".")
+    node = config
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+
+
+def _checked(schema, key, value, origin):
+    """Returns `value` converted to `key`'s type, or raises a `UserError`."""
+    if key not in schema:
+        close = difflib.get_close_matches(key, schema, n=3, cutoff=0.6)
+        section = key.partition(".")[0]
+        siblings = [k for k in schema if k.startswith(section + ".")]
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        valid = (f" Keys in '{section}': {', '.join(siblings)}." if siblings
+                 else f" Sections: {', '.join(DEFAULTS)}.")
+        raise UserError(f"Unknown config key '{key}' {origin}.{hint}{valid}")
+    expected, nullable = schema[key]
+    if value is None and nullable:
+        return None
+    if expected is float and isinstance(value, str):
+        try:  # YAML 1.1 reads 1e-3 as a string
+            value = float(value)
+        except ValueError:
+            pass
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if expected is not type(None) and (
+        not isinstance(value, expected)
+        or (isinstance(value, bool) and expected is not bool)
+    ):
+        wanted = " or ".join(TYPE_NAMES[t] for t in (expected if isinstance(expected, tuple) else (expected,)))
+        raise UserError(f"Config key '{key}' expects {wanted}, "
+                        f"got {value!r} ({type(value).__name__}) {origin}.")
+    choices = CHOICES.get(key)
+    if choices is not None and value not in choices:
+        raise UserError(f"Config key '{key}' must be one of "
+                        f"{', '.join(map(str, choices))}; got {value!r} {origin}.")
+    return value

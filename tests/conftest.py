@@ -1,0 +1,42 @@
+"""Shared test helpers: tiny, offline configs and quiet TensorFlow."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from recipes import _config  # noqa: E402
+
+# A few steps on a handful of random examples: enough to exercise every stage.
+TINY = [
+    "data.source=synthetic",
+    "data.synthetic_examples=64",
+    "data.batch_size=16",
+    "train.epochs=1",
+    "train.steps_per_epoch=2",
+    "run.verbose=0",
+]
+
+
+@pytest.fixture
+def tiny_config(tmp_path):
+    """Returns a function: recipe name and overrides -> a tiny resolved config."""
+
+    def make(name, *overrides):
+        items = [*TINY, f"run.dir={tmp_path / 'run'}", *overrides]
+        return _config.resolve(name, overrides=items, announce=lambda line: None)
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def float32_policy():
+    """Leaves the global dtype policy as it was: a run may set mixed precision."""
+    yield
+    if "keras" in sys.modules:
+        sys.modules["keras"].mixed_precision.set_global_policy("float32")

@@ -1,0 +1,129 @@
+"""Config precedence, parsing and every error message, through the CLI too."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from recipes import UserError, _config
+
+
+def resolve(*overrides, files=()):
+    return _config.resolve("mnist_mlp", files, overrides, announce=lambda line: None)
+
+
+def test_precedence_defaults_recipe_files_command_line(tmp_path):
+    first = tmp_path / "first.yaml"
+    first.write_text("train:\n  epochs: 3\n  lr: 0.5\ndata:\n  batch_size: 7\n")
+    second = tmp_path / "second.yaml"
+    second.write_text("train:\n  epochs: 4\n")
+
+    config = resolve("train.epochs=5", files=[first, second])
+
+    assert config["execution"]["mode"] == "graph"  # built-in default
+    assert config["model"]["hidden_units"] == [512, 512]  # recipe YAML
+    assert config["data"]["batch_size"] == 7  # first extra file
+    assert config["train"]["lr"] == 0.5  # first file, not overridden later
+    assert config["train"]["epochs"] == 5  # command line beats both files
+
+
+def test_recipe_yaml_overrides_defaults():
+    assert _config.DEFAULTS["train"]["epochs"] == 10
+    assert resolve()["train"]["epochs"] == 20
+
+
+def test_values_parse_as_yaml_scalars_and_lists():
+    config = resolve("train.lr=1e-3", "model.hidden_units=[64,32]",
+                     "callbacks.tensorboard=false", "train.steps_per_epoch=3",
+                     "data.dir=/tmp/x", "run.verbose=2")
+    assert config["train"]["lr"] == pytest.approx(1e-3)
+    assert config["model"]["hidden_units"] == [64, 32]
+    assert config["callbacks"]["tensorboard"] is False
+    assert config["train"]["steps_per_epoch"] == 3
+    assert config["data"]["dir"] == "/tmp/x"
+    assert config["run"]["verbose"] == 2
+
+
+def test_integer_is_accepted_where_a_number_is_expected():
+    assert resolve("train.lr=1")["train"]["lr"] == 1.0
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.epoch=1", "Unknown config key 'train.epoch' on the command line. Did you mean train.epochs"),
+    ("trian.epochs=1", "Did you mean train.epochs"),
+    ("train.epochs=abc", "'train.epochs' expects an integer, got 'abc'"),
+    ("train.epochs=2.5", "'train.epochs' expects an integer"),
+    ("train.epochs=true", "'train.epochs' expects an integer"),
+    ("callbacks.checkpoint=yes please", "'callbacks.checkpoint' expects true/false"),
+    ("execution.mode=fast", "'execution.mode' must be one of eager, graph, xla; got 'fast'"),
+    ("execution.precision=float16", "must be one of float32, mixed_float16, mixed_bfloat16"),
+    ("data.source=web", "must be one of tfds, synthetic, folder"),
+    ("train.epochs", "Expected key=value, got 'train.epochs'"),
+    ("train.epochs=null", "'train.epochs' expects an integer, got None"),
+])
+def test_bad_overrides_name_the_problem(override, message):
+    with pytest.raises(UserError, match=None) as error:
+        resolve(override)
+    assert message in str(error.value)
+
+
+def test_unknown_key_in_a_config_file_names_the_file(tmp_path):
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("train:\n  epoch: 1\n")
+    with pytest.raises(UserError) as error:
+        resolve(files=[extra])
+    assert f"'train.epoch' in {extra}" in str(error.value)
+
+
+def test_missing_or_malformed_config_file(tmp_path):
+    with pytest.raises(UserError, match="Config file not found"):
+        resolve(files=[tmp_path / "missing.yaml"])
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("train: [unclosed\n")
+    with pytest.raises(UserError, match="is not valid YAML"):
+        resolve(files=[broken])
+
+
+def test_unknown_recipe_lists_the_closest_and_all():
+    with pytest.raises(UserError) as error:
+        _config.resolve("mnist_mpl")
+    assert "Unknown recipe 'mnist_mpl'. Did you mean mnist_mlp?" in str(error.value)
+    assert "cifar10_cnn" in str(error.value)
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "recipes", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_errors_are_one_message_and_exit_2():
+    for args, message in [
+        (["run", "nope"], "Unknown recipe 'nope'"),
+        (["run", "mnist_mlp", "train.epoch=1"], "Unknown config key 'train.epoch'"),
+        (["show", "mnist_mlp", "--config", "missing.yaml"], "Config file not found"),
+    ]:
+        result = cli(*args)
+        assert result.returncode == 2, result
+        assert message in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_cli_show_prints_the_resolved_config():
+    result = cli("show", "mnist_mlp", "train.epochs=3")
+    assert result.returncode == 0, result.stderr
+    import yaml
+
+    shown = yaml.safe_load(result.stdout)
+    assert shown["train"]["epochs"] == 3
+    assert set(shown) == {"data", "model", "train", "execution", "callbacks", "run"}
+
+
+def test_cli_list_names_every_recipe_with_a_description():
+    result = cli("list")
+    assert result.returncode == 0
+    lines = dict(line.split(None, 1) for line in result.stdout.splitlines())
+    from recipes import names
+
+    assert sorted(lines) == names()
+    assert all(description.strip() for description in lines.values())
