@@ -1,0 +1,81 @@
+"""The three data sources and the offline failure, without any download."""
+
+import time
+
+import keras
+import numpy as np
+import pytest
+
+import recipes
+from recipes import UserError, _config, _data
+
+
+def data_config(*overrides):
+    return _config.resolve("cifar10_cnn", overrides=["data.batch_size=8", *overrides],
+                           announce=lambda line: None)["data"]
+
+
+def test_synthetic_batches_have_the_dataset_shapes():
+    data = _data.load(data_config("data.source=synthetic", "data.synthetic_examples=40"))
+    images, labels = next(iter(data.train))
+    assert images.shape == (8, 32, 32, 3) and images.dtype == "float32"
+    assert 0.0 <= float(np.min(images)) and float(np.max(images)) <= 1.0
+    assert labels.shape == (8,) and int(np.max(labels)) < 10
+    assert data.num_classes == 10 and data.steps_per_epoch == 40 // 8
+    # Evaluation keeps every example; only training drops the last partial batch.
+    assert sum(int(x.shape[0]) for x, _ in data.test) == 4
+
+
+def write_folder(root, classes=("cat", "dog"), per_class=6):
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):
+        for name in classes:
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for index in range(per_class):
+                pixels = rng.integers(0, 256, size=(40, 50, 3), dtype=np.uint8)
+                keras.utils.save_img(folder / f"{index}.png", pixels)
+
+
+def test_folder_source_resizes_to_the_recipe_input(tmp_path):
+    write_folder(tmp_path)
+    data = _data.load(data_config("data.source=folder", f"data.path={tmp_path}",
+                                  "data.validation_split=0.25", "data.batch_size=4"))
+    images, labels = next(iter(data.train))
+    assert images.shape == (4, 32, 32, 3)
+    assert data.num_classes == 2
+    assert data.train_examples == 9  # 75% of 12
+    assert sum(int(x.shape[0]) for x, _ in data.test) == 12
+
+
+def test_folder_source_trains_a_recipe(tmp_path, tiny_config):
+    write_folder(tmp_path / "images", classes=("a", "b", "c"))
+    config = tiny_config("cifar10_cnn", "data.source=folder",
+                         f"data.path={tmp_path / 'images'}", "data.batch_size=4")
+    metrics = recipes.load("cifar10_cnn").run(config)
+    assert metrics["epochs_completed"] == 1
+    assert metrics["params"] > 0
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["data.source=folder"], "needs data.path=DIR"),
+    (["data.source=folder", "data.path=/nonexistent"], "/nonexistent/train is missing"),
+    (["data.source=synthetic", "data.synthetic_examples=4"], "fewer than data.batch_size=8"),
+    (["data.source=synthetic", "data.name=imagenet"], "Unknown data.name 'imagenet'"),
+    (["data.source=synthetic", "data.validation_split=0"], "between 0 and 1"),
+])
+def test_bad_data_settings_are_user_errors(overrides, message):
+    with pytest.raises(UserError) as error:
+        _data.load(data_config(*overrides))
+    assert message in str(error.value)
+
+
+def test_tfds_without_data_or_network_fails_fast_with_advice(tmp_path, monkeypatch):
+    # Never download in a test: report the host unreachable, as it is in CI.
+    monkeypatch.setattr(_data, "_reachable", lambda host, port: False)
+    started = time.monotonic()
+    with pytest.raises(UserError) as error:
+        _data.load(data_config("data.source=tfds", f"data.dir={tmp_path}"))
+    assert time.monotonic() - started < 60
+    assert "data.source=synthetic" in str(error.value)
+    assert "data.dir=PATH" in str(error.value)
