@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import signal
 import sys
 
 import recipes
@@ -43,14 +44,32 @@ def main(argv=None):
     return 0
 
 
+interrupted = False
+
+
+def on_interrupt(signum, frame):
+    global interrupted
+    interrupted = True
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, on_interrupt)
     try:
-        sys.exit(main())
+        status = main()
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        status = 2
+    except Exception:
+        # Ctrl-C can land inside library code (a checkpoint being written,
+        # say) that turns it into another exception: it is still Ctrl-C.
+        if not interrupted:
+            raise
+        status = 130
     except KeyboardInterrupt:
+        status = 130
+    if status == 130:
         print("\ninterrupted: finished epochs are saved; run the same command "
               "with run.resume=true (or the same run.dir) to continue.",
               file=sys.stderr)
-        sys.exit(130)
+    sys.exit(status)

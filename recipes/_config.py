@@ -106,7 +106,7 @@ def resolve(name, config_files=(), overrides=(), announce=print):
 
 def dump(config):
     """Returns `config` as YAML text, sections in their usual order."""
-    return yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
+    return yaml.safe_dump(config, sort_keys=False)
 
 
 def _read_yaml(path):

@@ -101,6 +101,6 @@ def test_cli_interrupt_says_how_to_resume(tmp_path):
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130
+    assert process.returncode == 130, stderr
     assert "run.resume=true" in stderr
     assert "Traceback" not in stderr
