@@ -1,0 +1,99 @@
+"""DenseNet builders: the paper's parameter counts, functional == Sequential,
+and `.keras` round trips in a fresh process."""
+
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import ROOT
+
+from models.densenet import VARIANTS, densenet, densenet_variant
+
+# Parameters for 10 classes, in millions (arXiv 1608.06993, Table 2).
+PAPER_PARAMS_M = {
+    "densenet40_k12": 1.0,
+    "densenet100_k12": 7.0,
+    "densenet_bc100_k12": 0.8,
+    "densenet_bc250_k24": 15.3,
+    "densenet_bc190_k40": 25.6,
+}
+
+
+def test_every_variant_has_a_paper_count():
+    assert set(PAPER_PARAMS_M) == set(VARIANTS)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_parameter_count_matches_the_paper(variant):
+    """The paper counts learnable parameters (BN's moving statistics are not)
+    and rounds to 0.1M: DenseNet-BC-100 k=12 has 0.769M, printed as 0.8M."""
+    model = densenet_variant(variant, input_shape=(32, 32, 3), num_classes=10)
+    millions = sum(int(np.prod(w.shape)) for w in model.trainable_weights) / 1e6
+    assert round(millions, 1) == PAPER_PARAMS_M[variant]
+
+
+def tiny(api, **overrides):
+    args = dict(input_shape=(16, 16, 3), num_classes=5, depth=16, growth_rate=4,
+                bottleneck=True, compression=0.5, api=api)
+    return densenet(**{**args, **overrides})
+
+
+def layers_with_weights(model):
+    """Layers that own weights, by name, also inside the custom blocks."""
+    return {layer.name: layer
+            for layer in model._flatten_layers(include_self=False, recursive=True)
+            if not layer._layers and layer.weights}
+
+
+@pytest.mark.parametrize("settings", [
+    {}, {"bottleneck": False, "compression": 1.0, "depth": 13},
+    {"batch_norm": False}, {"dropout": 0.2},
+])
+def test_sequential_equals_functional_given_the_same_weights(settings):
+    functional, sequential = tiny("functional", **settings), tiny("sequential", **settings)
+    assert functional.count_params() == sequential.count_params()
+    sources, targets = layers_with_weights(functional), layers_with_weights(sequential)
+    assert sorted(sources) == sorted(targets)  # the same layers, named alike
+    rng = np.random.default_rng(0)
+    for name, source in sources.items():
+        target = targets[name]
+        assert type(source) is type(target)
+        weights = [rng.normal(size=w.shape).astype("float32") for w in source.get_weights()]
+        if isinstance(source, keras.layers.BatchNormalization):
+            weights[-1] = np.abs(weights[-1]) + 0.5  # a valid moving variance
+        source.set_weights(weights)
+        target.set_weights(weights)
+    images = rng.uniform(size=(3, 16, 16, 3)).astype("float32")
+    np.testing.assert_allclose(functional(images, training=False),
+                               sequential(images, training=False), rtol=1e-4, atol=1e-6)
+
+
+def test_bad_depth_and_api_are_value_errors():
+    with pytest.raises(ValueError, match="received: depth=17"):
+        tiny("functional", depth=17)
+    with pytest.raises(ValueError, match="received: api='subclass'"):
+        tiny("subclass")
+    with pytest.raises(ValueError, match="Unknown DenseNet variant"):
+        densenet_variant("densenet121", input_shape=(32, 32, 3), num_classes=10)
+
+
+@pytest.mark.parametrize("api", ["functional", "sequential"])
+def test_saved_model_loads_in_a_fresh_process(api, tmp_path):
+    model = tiny(api)
+    images = np.random.default_rng(1).uniform(size=(2, 16, 16, 3)).astype("float32")
+    path = tmp_path / "model.keras"
+    model.save(path)
+    np.save(tmp_path / "images.npy", images)
+    np.save(tmp_path / "expected.npy", model.predict(images, verbose=0))
+    script = (
+        "import sys, numpy as np, keras; sys.path.insert(0, sys.argv[1]); import models; "
+        "m = keras.saving.load_model(sys.argv[2]); d = sys.argv[3]; "
+        "np.testing.assert_allclose(m.predict(np.load(d + '/images.npy'), verbose=0), "
+        "np.load(d + '/expected.npy'), rtol=1e-5); print('loaded', type(m).__name__)")
+    result = subprocess.run([sys.executable, "-c", script, str(ROOT), str(path), str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "loaded" in result.stdout
