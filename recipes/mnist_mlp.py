@@ -24,14 +24,15 @@ def run(config):
     Returns:
         The run's metrics, also written to `<run dir>/metrics.json`.
     """
-    name = __name__.rpartition(".")[2]
-    run_dir = _runner.start_run(name, config)
-
     # ## Data
     # uint8 images scaled to [0, 1] on whole batches; 10% of the training
     # split is held out for validation, the test split is only for the end.
     data = _data.load(config["data"], seed=config["execution"]["seed"],
                       steps_per_epoch=config["train"]["steps_per_epoch"])
+    # The run directory is made once the data is there; this also seeds and
+    # sets the dtype policy before the model is built.
+    name = __name__.rpartition(".")[2]
+    run_dir = _runner.start_run(name, config)
 
     # ## Model
     model = models.mlp(
