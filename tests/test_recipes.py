@@ -34,8 +34,21 @@ def test_recipe_trains_in_each_mode(name, mode, tiny_config, tmp_path):
     assert set(EPOCH_KEYS) <= set(rows[0])
 
 
-def test_metrics_json_contract(tiny_config):
+def tensorboard_tags(log_dir):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    events = event_accumulator.EventAccumulator(str(log_dir), size_guidance={"tensors": 0})
+    events.Reload()
+    return set(events.Tags()["tensors"])
+
+
+def test_metrics_json_contract(tiny_config, tmp_path):
     metrics = recipes.load("mnist_mlp").run(tiny_config("mnist_mlp", "train.steps_per_epoch=4"))
+
+    # TensorBoard gets losses, metrics, the learning rate and the timing.
+    assert {"epoch_loss", "epoch_accuracy", "epoch_learning_rate",
+            *(f"epoch_{key}" for key in EPOCH_KEYS)} <= tensorboard_tags(
+                tmp_path / "run" / "tensorboard" / "train")
 
     assert {"recipe", "mode_requested", "mode_used", "precision", "params", "final",
             "test", "timing", "versions", "device"} <= set(metrics)
