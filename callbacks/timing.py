@@ -22,9 +22,9 @@ class Timing(keras.callbacks.Callback):
     wait, so this callback does. `instrument` adds a last pipeline stage that
     stamps when the train step receives its batch; input wait is the time from
     the step's start to that stamp. It therefore also counts Keras' dispatch
-    before the graph asks for data (about 1.4 ms a step on a 2-core CPU, where
-    an always-ready input still shows 15% wait on a 10 ms MLP step): read it as
-    an upper bound, meaningful when steps are long against that. It is
+    before the graph asks for data, which shows as wait even with an
+    always-ready input on steps of a few milliseconds: read it as an upper
+    bound, meaningful when steps are long against the dispatch. It is
     measured only with `steps_per_execution=1`, where each call of the train
     function takes exactly one batch.
 
