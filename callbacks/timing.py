@@ -55,7 +55,6 @@ class Timing(keras.callbacks.Callback):
         self.step_s = []  # steady-state seconds per step, every epoch
         self.epoch_s = []
         self._waited_steady = 0.0
-        self._steady_time_s = 0.0
 
     def instrument(self, dataset):
         """Returns `dataset` with a last stage that measures input wait."""
@@ -101,7 +100,6 @@ class Timing(keras.callbacks.Callback):
         epoch_train_s = sum(self._epoch_step_s)
         epoch_waited = float(self._waited.numpy()) - self._epoch_waited_from
         self._waited_steady += epoch_waited
-        self._steady_time_s += epoch_train_s
         if not self._epoch_step_s:
             return  # the epoch had only the tracing step
         stats = {
@@ -125,6 +123,7 @@ class Timing(keras.callbacks.Callback):
                     "step_ms_p90": None, "images_per_s": None,
                     "input_wait_fraction": None, "epoch_s": self.epoch_s}
         median_s = statistics.median(self.step_s)
+        steady_s = sum(self.step_s)
         p10, p90 = np.percentile(self.step_s, [10, 90])
         return {
             "first_step_s": self.first_step_s,
@@ -132,8 +131,8 @@ class Timing(keras.callbacks.Callback):
             "step_ms_median": 1000 * median_s,
             "step_ms_p10": 1000 * float(p10),
             "step_ms_p90": 1000 * float(p90),
-            "images_per_s": self.batch_size * len(self.step_s) / self._steady_time_s,
-            "input_wait_fraction": (self._waited_steady / self._steady_time_s
+            "images_per_s": self.batch_size * len(self.step_s) / steady_s,
+            "input_wait_fraction": (self._waited_steady / steady_s
                                     if self._measures_wait() else None),
             "epoch_s": self.epoch_s,
         }
