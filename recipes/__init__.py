@@ -1,8 +1,10 @@
 """Keras 3 training recipes, looked up by name.
 
-A recipe is a module in this package whose name does not start with `_`; its
-name is also the name of its YAML file in `configs/`. Listing recipes reads
-their docstrings without importing them, so `list` and `show` do not pay for
+A recipe is either a module in this package whose name does not start with
+`_` (its settings live in `configs/NAME.yaml`), or a YAML file in `configs/`
+whose top-level `recipe:` key names the module that runs it, with its settings
+applied on top of that module's. Listing recipes reads docstrings and YAML
+comments without importing anything, so `list` and `show` do not pay for
 importing TensorFlow.
 """
 
@@ -11,20 +13,35 @@ import difflib
 import importlib
 from pathlib import Path
 
+import yaml
+
 PACKAGE_DIR = Path(__file__).resolve().parent
+CONFIGS_DIR = PACKAGE_DIR.parent / "configs"
+RUNS_DIR = Path("runs")  # relative to where the command runs
 
 
 class UserError(Exception):
     """A problem the user can fix: printed as one message, exit status 2."""
 
 
+def _modules():
+    return {path.stem for path in PACKAGE_DIR.glob("*.py")
+            if not path.stem.startswith("_")}
+
+
+def _config_recipes():
+    """{name: module} for every YAML in `configs/` with a `recipe:` key."""
+    found = {}
+    for path in CONFIGS_DIR.glob("*.yaml"):
+        data = yaml.safe_load(path.read_text()) or {}
+        if isinstance(data, dict) and data.get("recipe") in _modules():
+            found[path.stem] = data["recipe"]
+    return found
+
+
 def names():
     """Returns the sorted names of every registered recipe."""
-    return sorted(
-        path.stem
-        for path in PACKAGE_DIR.glob("*.py")
-        if not path.stem.startswith("_")
-    )
+    return sorted(_modules() | set(_config_recipes()))
 
 
 def check_name(name):
@@ -40,15 +57,22 @@ def check_name(name):
     )
 
 
-def description(name):
-    """Returns the first line of a recipe's docstring, without importing it."""
+def module_of(name):
+    """Returns the name of the module that runs recipe `name`."""
     check_name(name)
-    tree = ast.parse((PACKAGE_DIR / f"{name}.py").read_text())
-    doc = ast.get_docstring(tree) or ""
+    return name if name in _modules() else _config_recipes()[name]
+
+
+def description(name):
+    """Returns the first line of a recipe's docstring, or of its YAML's comment."""
+    module = module_of(name)
+    if module != name:
+        first = (CONFIGS_DIR / f"{name}.yaml").read_text().splitlines()[0]
+        return first.lstrip("# ").strip() if first.startswith("#") else ""
+    doc = ast.get_docstring(ast.parse((PACKAGE_DIR / f"{name}.py").read_text())) or ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
 
 
 def load(name):
-    """Imports and returns the recipe module `name`."""
-    check_name(name)
-    return importlib.import_module(f"{__name__}.{name}")
+    """Imports and returns the module that runs recipe `name`."""
+    return importlib.import_module(f"{__name__}.{module_of(name)}")

@@ -1,9 +1,12 @@
 """Resolves a recipe's configuration.
 
-Precedence, lowest first: `DEFAULTS` < `configs/NAME.yaml` < each `--config`
-file in order < `key=value` overrides. A recipe's YAML may add keys of its own
-(its model's fields, say); everything after it may only set keys that exist.
-Unknown keys and values of the wrong type are `UserError`s that name the key.
+Precedence, lowest first: `DEFAULTS` < `configs/MODULE.yaml` (the module that
+runs the recipe) < `configs/NAME.yaml` when the recipe is a YAML of its own <
+each `--config` file in order < `key=value` overrides. The module's YAML may
+add keys of its own (its model's fields, say); everything after it may only
+set keys that exist. Unknown keys and values of the wrong type are
+`UserError`s that name the key. The resolved config records the recipe's name
+under the top-level key `recipe`.
 """
 
 import copy
@@ -12,9 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from recipes import PACKAGE_DIR, UserError, check_name
-
-CONFIGS_DIR = PACKAGE_DIR.parent / "configs"
+from recipes import CONFIGS_DIR, UserError, module_of
 
 DEFAULTS = {
     "data": {
@@ -27,6 +28,7 @@ DEFAULTS = {
         "synthetic_examples": 2048,  # training examples for data.source=synthetic
         "shuffle_buffer": 10000,
         "cache": True,  # keep decoded uint8 images in memory after the first epoch
+        "augment": [],  # training-only operations, in order: see recipes/_augment.py
     },
     "model": {},
     "train": {
@@ -60,12 +62,19 @@ TYPES = {
     "train.steps_per_epoch": int,
     "run.dir": str,
     "run.verbose": (str, int),
+    # DenseNet fields that default to their variant's value (None).
+    "model.depth": int,
+    "model.growth_rate": int,
+    "model.bottleneck": bool,
+    "model.compression": float,
 }
 
 CHOICES = {
     "data.source": ["tfds", "synthetic", "folder"],
     "execution.mode": ["eager", "graph", "xla"],
     "execution.precision": ["float32", "mixed_float16", "mixed_bfloat16"],
+    "model.api": ["functional", "sequential"],
+    "train.schedule": ["constant", "step", "cosine"],
     "run.verbose": ["auto", 0, 1, 2],
 }
 
@@ -82,26 +91,27 @@ def resolve(name, config_files=(), overrides=(), announce=print):
         overrides: `key=value` strings; values are parsed as YAML.
         announce: called with one line per command-line override.
     """
-    check_name(name)
+    module = module_of(name)
     config = copy.deepcopy(DEFAULTS)
-    recipe_yaml = CONFIGS_DIR / f"{name}.yaml"
-    if recipe_yaml.exists():
-        for key, value in _flatten(_read_yaml(recipe_yaml)).items():
+    module_yaml = CONFIGS_DIR / f"{module}.yaml"
+    if module_yaml.exists():
+        for key, value in _flatten(_read_yaml(module_yaml, module)).items():
             if key.partition(".")[0] not in DEFAULTS:
-                raise UserError(f"{recipe_yaml}: unknown section in '{key}'; "
+                raise UserError(f"{module_yaml}: unknown section in '{key}'; "
                                 f"sections are {', '.join(DEFAULTS)}.")
             _set(config, key, value)
     schema = {key: (TYPES.get(key, type(value)), value is None)
               for key, value in _flatten(config).items()}
 
-    for path in config_files:
-        for key, value in _flatten(_read_yaml(Path(path))).items():
+    layers = [CONFIGS_DIR / f"{name}.yaml"] if name != module else []
+    for path in [*layers, *map(Path, config_files)]:
+        for key, value in _flatten(_read_yaml(path, module)).items():
             _set(config, key, _checked(schema, key, value, f"in {path}"))
     for item in overrides:
         key, value = _parse_override(item)
         _set(config, key, _checked(schema, key, value, "on the command line"))
         announce(f"override: {key} = {value!r}")
-    return config
+    return {"recipe": name, **config}
 
 
 def dump(config):
@@ -109,7 +119,8 @@ def dump(config):
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def _read_yaml(path):
+def _read_yaml(path, module):
+    """The mapping in `path`, less its `recipe:` key, which must name `module`."""
     if not path.is_file():
         raise UserError(f"Config file not found: {path}")
     try:
@@ -119,6 +130,10 @@ def _read_yaml(path):
     if not isinstance(data, dict):
         raise UserError(f"{path} must hold a mapping of sections, "
                         f"got {type(data).__name__}.")
+    written_for = data.pop("recipe", module)
+    if written_for != module:
+        raise UserError(f"{path} is written for the '{written_for}' recipe (its "
+                        f"`recipe:` key says so); it does not apply to '{module}'.")
     return data
 
 

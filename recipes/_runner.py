@@ -16,23 +16,22 @@ import tensorflow as tf
 import yaml
 
 from callbacks import ExecutionModeCheck
-from recipes import UserError
+from recipes import RUNS_DIR, UserError
 from recipes._config import dump
 
-RUNS_DIR = Path("runs")
 # Keys that may change between a run and its resumption.
 RESUMABLE_KEYS = {"run", "train.epochs"}
 
 
-def start_run(name, config):
-    """Prepares a run of recipe `name`: returns its directory.
+def start_run(config):
+    """Prepares a run of `config["recipe"]`: returns its directory.
 
     Creates (or, to resume, reuses) the run directory and writes the resolved
     `config.yaml` into it, then seeds every random generator and sets the
     global dtype policy, so that nothing of a previous run in this process
     leaks into this one.
     """
-    run_dir = _run_dir(name, config)
+    run_dir = _run_dir(config)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump(config))
     print(f"run directory: {run_dir}", flush=True)
@@ -45,8 +44,8 @@ def start_run(name, config):
     return run_dir
 
 
-def _run_dir(name, config):
-    run = config["run"]
+def _run_dir(config):
+    name, run = config["recipe"], config["run"]
     if run["dir"] is not None:
         run_dir = Path(run["dir"]).expanduser()
     elif run["resume"]:
@@ -135,8 +134,9 @@ def standard_callbacks(config, run_dir):
     return callbacks
 
 
-def finish_run(name, config, run_dir, model, test_metrics, timing):
+def finish_run(config, run_dir, model, test_metrics, timing):
     """Writes `metrics.json` into `run_dir`, prints a summary, returns the dict."""
+    name = config["recipe"]
     run_dir = Path(run_dir)
     epochs = _read_history(run_dir / "history.csv")
     metrics = {
@@ -146,8 +146,10 @@ def finish_run(name, config, run_dir, model, test_metrics, timing):
         "mode_used": ExecutionModeCheck.mode_of(model),
         "precision": config["execution"]["precision"],
         "params": model.count_params(),
+        "trainable_params": sum(int(w.numpy().size) for w in model.trainable_weights),
         "epochs_completed": len(epochs),
         "final": epochs[-1] if epochs else {},
+        "best": _best_epoch(epochs, config["callbacks"]["monitor"]),
         "test": {k: float(v) for k, v in test_metrics.items()},
         "timing": timing.summary(),
         "versions": {package: _version(package)
@@ -164,6 +166,16 @@ def finish_run(name, config, run_dir, model, test_metrics, timing):
     print(f"results: {run_dir}/metrics.json; TensorBoard: "
           f"tensorboard --logdir {run_dir / 'tensorboard'}", flush=True)
     return metrics
+
+
+def _best_epoch(epochs, monitor):
+    """The epoch whose `monitor` is best (lowest for a loss), with its number."""
+    scored = [(number, row) for number, row in enumerate(epochs) if monitor in row]
+    if not scored:
+        return {}
+    pick = min if "loss" in monitor else max
+    number, row = pick(scored, key=lambda item: item[1][monitor])
+    return {"epoch": number, **row}
 
 
 def _read_history(path):

@@ -31,8 +31,7 @@ def run(config):
                       steps_per_epoch=config["train"]["steps_per_epoch"])
     # The run directory is made once the data is there; this also seeds and
     # sets the dtype policy before the model is built.
-    name = __name__.rpartition(".")[2]
-    run_dir = _runner.start_run(name, config)
+    run_dir = _runner.start_run(config)
 
     # ## Model
     model = models.simple_cnn(
@@ -66,4 +65,4 @@ def run(config):
 
     # ## Evaluation
     test_metrics = model.evaluate(data.test, return_dict=True, verbose=0)
-    return _runner.finish_run(name, config, run_dir, model, test_metrics, timing)
+    return _runner.finish_run(config, run_dir, model, test_metrics, timing)

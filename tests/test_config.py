@@ -116,7 +116,8 @@ def test_cli_show_prints_the_resolved_config():
 
     shown = yaml.safe_load(result.stdout)
     assert shown["train"]["epochs"] == 3
-    assert set(shown) == {"data", "model", "train", "execution", "callbacks", "run"}
+    assert set(shown) == {"recipe", "data", "model", "train", "execution", "callbacks", "run"}
+    assert shown["recipe"] == "mnist_mlp"
 
 
 def test_cli_list_names_every_recipe_with_a_description():

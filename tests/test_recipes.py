@@ -50,11 +50,14 @@ def test_metrics_json_contract(tiny_config, tmp_path):
             *(f"epoch_{key}" for key in EPOCH_KEYS)} <= tensorboard_tags(
                 tmp_path / "run" / "tensorboard" / "train")
 
-    assert {"recipe", "mode_requested", "mode_used", "precision", "params", "final",
-            "test", "timing", "versions", "device"} <= set(metrics)
+    assert {"recipe", "mode_requested", "mode_used", "precision", "params",
+            "trainable_params", "final", "best", "test", "timing", "versions",
+            "device"} <= set(metrics)
     assert metrics["recipe"] == "mnist_mlp"
     assert metrics["precision"] == "float32"
-    assert metrics["params"] == 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10
+    assert metrics["params"] == metrics["trainable_params"] == (
+        784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10)
+    assert metrics["best"]["epoch"] == 0 and metrics["best"]["val_accuracy"] == metrics["final"]["val_accuracy"]
     assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(metrics["final"])
     assert {"loss", "accuracy"} <= set(metrics["test"])
     timing = metrics["timing"]

@@ -66,11 +66,11 @@ def test_resume_finds_the_latest_unfinished_run(tiny_config, tmp_path, monkeypat
     unfinished.mkdir(parents=True)
     config = tiny_config("mnist_mlp", "run.dir=null", "run.resume=true")
     (unfinished / "config.yaml").write_text(_runner.dump(config))
-    assert _runner._run_dir("mnist_mlp", config) == unfinished
+    assert _runner._run_dir(config) == unfinished
 
     (unfinished / "metrics.json").write_text("{}")
     with pytest.raises(UserError, match="no unfinished run to resume"):
-        _runner._run_dir("mnist_mlp", config)
+        _runner._run_dir(config)
 
 
 def test_resume_refuses_a_finished_run_or_a_changed_config(tiny_config, tmp_path):
@@ -78,12 +78,12 @@ def test_resume_refuses_a_finished_run_or_a_changed_config(tiny_config, tmp_path
     run_dir.mkdir()
     (run_dir / "config.yaml").write_text(_runner.dump(tiny_config("mnist_mlp")))
     with pytest.raises(UserError, match="differs in data.batch_size"):
-        _runner._run_dir("mnist_mlp", tiny_config("mnist_mlp", "data.batch_size=8"))
+        _runner._run_dir(tiny_config("mnist_mlp", "data.batch_size=8"))
     # More epochs is a resumable change.
-    _runner._run_dir("mnist_mlp", tiny_config("mnist_mlp", "train.epochs=5"))
+    _runner._run_dir(tiny_config("mnist_mlp", "train.epochs=5"))
     (run_dir / "metrics.json").write_text("{}")
     with pytest.raises(UserError, match="holds a finished run"):
-        _runner._run_dir("mnist_mlp", tiny_config("mnist_mlp"))
+        _runner._run_dir(tiny_config("mnist_mlp"))
 
 
 def test_cli_interrupt_says_how_to_resume(tmp_path):
