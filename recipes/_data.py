@@ -2,8 +2,9 @@
 
 Every source yields uint8 images and int labels, which go through the same
 pipeline: cache the decoded uint8 images, shuffle, batch, scale to float32 in
-[0, 1] on whole batches, prefetch. Training batches drop the remainder, so
-every step has one shape and XLA compiles once.
+[0, 1] on whole batches, one-hot the labels if the recipe asks, augment
+(training only, see `recipes/_augment.py`), prefetch. Training batches drop
+the remainder, so every step has one shape and XLA compiles once.
 """
 
 import dataclasses
@@ -14,7 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from recipes import UserError
+from recipes import UserError, _augment
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -35,7 +36,8 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg"}
 class Data:
     """Batched splits and what a model needs to know about them."""
 
-    train: tf.data.Dataset  # repeats forever; use steps_per_epoch
+    train: tf.data.Dataset  # shuffled, augmented, repeats forever; use steps_per_epoch
+    train_plain: tf.data.Dataset  # one ordered pass, not augmented: to adapt normalization
     validation: tf.data.Dataset
     test: tf.data.Dataset
     input_shape: tuple
@@ -45,13 +47,15 @@ class Data:
     steps_per_epoch: int
 
 
-def load(data_config, seed=0, steps_per_epoch=None):
+def load(data_config, seed=0, steps_per_epoch=None, one_hot=False):
     """Builds the train/validation/test pipelines that `data_config` asks for.
 
     Args:
         data_config: the config's `data` section.
-        seed: seeds the synthetic data and the shuffle order.
+        seed: seeds the synthetic data, the shuffle order and augmentation.
         steps_per_epoch: training steps per epoch; None means one pass.
+        one_hot: one-hot float labels instead of integers (for label
+            smoothing, MixUp and CutMix).
     """
     name = data_config["name"]
     if name not in DATASETS:
@@ -61,6 +65,7 @@ def load(data_config, seed=0, steps_per_epoch=None):
         raise UserError("data.validation_split must be between 0 and 1 "
                         f"(exclusive), got {data_config['validation_split']}.")
     input_shape, num_classes = DATASETS[name]
+    augment = _augment.pipeline(data_config["augment"], one_hot, seed)
     source = data_config["source"]
     if source == "tfds":
         train, validation, test = _tfds_splits(data_config)
@@ -78,19 +83,26 @@ def load(data_config, seed=0, steps_per_epoch=None):
             f"data.batch_size={batch_size}: lower the batch size"
             + (" or raise data.synthetic_examples." if source == "synthetic" else "."))
 
-    def batches(dataset, training):
-        if data_config["cache"]:
+    def to_model_input(images, labels):
+        # Whole batches: one vectorized op instead of one per image.
+        images = tf.cast(images, tf.float32) / 255.0
+        return images, tf.one_hot(labels, num_classes) if one_hot else labels
+
+    def batches(dataset, training, cache=data_config["cache"]):
+        if cache:
             dataset = dataset.cache()
         if training:
             dataset = dataset.shuffle(data_config["shuffle_buffer"], seed=seed).repeat()
         dataset = dataset.batch(batch_size, drop_remainder=training,
                                 num_parallel_calls=AUTOTUNE)
-        # Scaling whole batches is one vectorized op instead of one per image.
-        dataset = dataset.map(_to_unit_float, num_parallel_calls=AUTOTUNE)
+        dataset = dataset.map(to_model_input, num_parallel_calls=AUTOTUNE)
+        if training and augment:
+            dataset = dataset.map(augment, num_parallel_calls=AUTOTUNE)
         return dataset.prefetch(AUTOTUNE)
 
     return Data(
         train=batches(train, training=True),
+        train_plain=batches(train, training=False, cache=False),
         validation=batches(validation, training=False),
         test=batches(test, training=False),
         input_shape=input_shape,
@@ -99,10 +111,6 @@ def load(data_config, seed=0, steps_per_epoch=None):
         batch_size=batch_size,
         steps_per_epoch=steps_per_epoch or train_examples // batch_size,
     )
-
-
-def _to_unit_float(images, labels):
-    return tf.cast(images, tf.float32) / 255.0, labels
 
 
 def _count(dataset):
