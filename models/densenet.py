@@ -236,11 +236,7 @@ def densenet(input_shape, num_classes, depth=100, growth_rate=12, bottleneck=Tru
     Returns:
         An uncompiled `keras.Model` that outputs class probabilities.
     """
-    per_block = (depth - 4) // (6 if bottleneck else 3)
-    if per_block < 1 or (depth - 4) % (6 if bottleneck else 3):
-        raise ValueError(f"depth - 4 must be a positive multiple of "
-                         f"{6 if bottleneck else 3} for bottleneck={bottleneck}, "
-                         f"received: depth={depth}")
+    per_block = _layers_per_block(depth, bottleneck)
     if api not in ("functional", "sequential"):
         raise ValueError(f"api must be 'functional' or 'sequential', received: api={api!r}")
     block_args = dict(bottleneck=bottleneck, batch_norm=batch_norm, dropout=dropout,
@@ -276,9 +272,31 @@ def densenet(input_shape, num_classes, depth=100, growth_rate=12, bottleneck=Tru
     return keras.Model(inputs, _apply(head, x), name=name)
 
 
-def densenet_variant(variant, **kwargs):
-    """Builds a named variant from `VARIANTS`; `kwargs` override its fields."""
+def _layers_per_block(depth, bottleneck):
+    """Conv blocks per dense block: the stem, two transitions and the
+    classifier take 4 of the depth, each conv block 1 (2 with a bottleneck)."""
+    step = 6 if bottleneck else 3
+    if depth < 4 + step or (depth - 4) % step:
+        raise ValueError(f"depth - 4 must be a positive multiple of {step} for "
+                         f"bottleneck={bottleneck}, received: depth={depth}")
+    return (depth - 4) // step
+
+
+def variant_spec(variant, **fields):
+    """Returns `variant`'s fields from `VARIANTS`, overridden by `fields` that
+    are not None, after checking that they describe a DenseNet.
+
+    Raises:
+        ValueError: for an unknown variant or an impossible depth.
+    """
     if variant not in VARIANTS:
         raise ValueError(f"Unknown DenseNet variant {variant!r}; "
                          f"known: {', '.join(VARIANTS)}")
-    return densenet(**{**VARIANTS[variant], **kwargs})
+    spec = {**VARIANTS[variant], **{k: v for k, v in fields.items() if v is not None}}
+    _layers_per_block(spec["depth"], spec["bottleneck"])
+    return spec
+
+
+def densenet_variant(variant, **kwargs):
+    """Builds a named variant from `VARIANTS`; `kwargs` override its fields."""
+    return densenet(**{**variant_spec(variant), **kwargs})

@@ -10,6 +10,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import recipes  # noqa: E402
 from recipes import _config  # noqa: E402
 
 # A few steps on a handful of random examples: enough to exercise every stage.
@@ -23,12 +24,19 @@ TINY = [
 ]
 
 
+# Per recipe module: the smallest model of its family, and what fits two epochs.
+TINY_MODEL = {
+    "densenet_cifar100": ["model.depth=10", "model.growth_rate=4", "train.warmup_epochs=0"],
+}
+
+
 @pytest.fixture
 def tiny_config(tmp_path):
     """Returns a function: recipe name and overrides -> a tiny resolved config."""
 
     def make(name, *overrides):
-        items = [*TINY, f"run.dir={tmp_path / 'run'}", *overrides]
+        items = [*TINY, *TINY_MODEL.get(recipes.module_of(name), []),
+                 f"run.dir={tmp_path / 'run'}", *overrides]
         return _config.resolve(name, overrides=items, announce=lambda line: None)
 
     return make

@@ -1,0 +1,112 @@
+"""DenseNet-BC (L=100, k=12) on CIFAR-100 with the paper's protocol: expect ~77.7% (C100+).
+
+Huang et al., "Densely Connected Convolutional Networks" (arXiv 1608.06993),
+Table 2: DenseNet-BC with depth 100 and growth rate 12 (0.8M parameters)
+reaches 22.27% test error on CIFAR-100 with standard augmentation, i.e. 77.73%
+accuracy, and 4.51% error (95.49%) on CIFAR-10, which `densenet_cifar10` runs
+with this same code. The protocol: SGD with Nesterov momentum 0.9, learning
+rate 0.1 divided by 10 at 50% and 75% of 300 epochs, batch 64, weight decay
+1e-4, per-channel normalization, pad-4 random crops and horizontal flips.
+Not yet reproduced here: this machine has no GPU and cannot download CIFAR.
+
+    make recipe NAME=densenet_cifar100                 # the full protocol: hours on a GPU
+    make recipe NAME=densenet_cifar100 ARGS="model.variant=densenet40_k12 model.api=sequential"
+    make recipe NAME=densenet_cifar100_modern          # cosine, label smoothing, RandAugment, CutMix
+"""
+
+import keras
+
+import models
+from callbacks import Timing
+from models.densenet import variant_spec
+from recipes import UserError, _data, _runner
+
+
+def run(config):
+    """Trains and evaluates the model that `config` describes.
+
+    Returns:
+        The run's metrics, also written to `<run dir>/metrics.json`.
+    """
+    model_config, train_config = config["model"], config["train"]
+    # A variant names the paper's settings; fields that are set override it.
+    # Checked first, so that a wrong depth costs no data loading.
+    try:
+        spec = variant_spec(
+            model_config["variant"], depth=model_config["depth"],
+            growth_rate=model_config["growth_rate"],
+            bottleneck=model_config["bottleneck"],
+            compression=model_config["compression"])
+    except ValueError as error:
+        raise UserError(f"model: {error}") from None
+
+    # ## Data
+    # One-hot labels, because label smoothing, MixUp and CutMix need them.
+    # `data.augment` (pad-crop and flip for the paper) runs on training
+    # batches only.
+    data = _data.load(config["data"], seed=config["execution"]["seed"],
+                      steps_per_epoch=train_config["steps_per_epoch"], one_hot=True)
+    # The schedule counts optimizer steps, which a resumed run restores.
+    schedule = learning_rate_schedule(train_config, data.steps_per_epoch)
+    run_dir = _runner.start_run(config)
+
+    # ## Model
+    # Per-channel normalization with the training images' statistics, as a
+    # layer inside the model: a saved model takes plain [0, 1] images.
+    normalization = keras.layers.Normalization(axis=-1, name="normalization")
+    normalization.adapt(data.train_plain.map(lambda images, labels: images))
+    model = models.densenet(
+        data.input_shape, data.num_classes, **spec,
+        dropout=model_config["dropout"],
+        batch_norm=model_config["batch_norm"],
+        weight_decay=model_config["weight_decay"],  # an L2 penalty in each kernel
+        normalization=normalization,
+        api=model_config["api"],
+    )
+    if config["run"]["verbose"]:
+        model.summary()
+
+    # ## Training
+    model.compile(
+        optimizer=keras.optimizers.SGD(learning_rate=schedule,
+                                       momentum=train_config["momentum"], nesterov=True),
+        loss=keras.losses.CategoricalCrossentropy(
+            label_smoothing=train_config["label_smoothing"]),
+        metrics=["accuracy"],
+        **_runner.compile_options(config),
+    )
+    timing = Timing(batch_size=data.batch_size)
+    model.fit(
+        timing.instrument(data.train),
+        validation_data=data.validation,
+        epochs=train_config["epochs"],
+        steps_per_epoch=data.steps_per_epoch,
+        callbacks=[timing, *_runner.standard_callbacks(config, run_dir)],
+        verbose=_runner.fit_verbose(config),
+    )
+
+    # ## Evaluation
+    test_metrics = model.evaluate(data.test, return_dict=True, verbose=0)
+    return _runner.finish_run(config, run_dir, model, test_metrics, timing)
+
+
+def learning_rate_schedule(train_config, steps_per_epoch):
+    """The learning rate per optimizer step that `train.schedule` names.
+
+    `step`: the paper's, `train.lr` divided by 10 at 50% and again at 75% of
+    the steps. `cosine`: a linear warm-up over `train.warmup_epochs`, then
+    cosine decay to 0.
+    """
+    lr = train_config["lr"]
+    total = train_config["epochs"] * steps_per_epoch
+    if train_config["schedule"] == "step":
+        # The rate moves on once `step` passes a boundary; step n is the (n+1)th.
+        return keras.optimizers.schedules.PiecewiseConstantDecay(
+            boundaries=[total // 2 - 1, total * 3 // 4 - 1], values=[lr, lr / 10, lr / 100])
+    warmup = train_config["warmup_epochs"] * steps_per_epoch
+    if warmup >= total:
+        raise UserError(f"train.warmup_epochs={train_config['warmup_epochs']} leaves "
+                        f"no epoch of the {train_config['epochs']} to decay over; lower it.")
+    return keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=0.0 if warmup else lr, decay_steps=total - warmup,
+        warmup_target=lr if warmup else None, warmup_steps=warmup)
