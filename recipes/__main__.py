@@ -1,4 +1,4 @@
-"""Command line: `python -m recipes list | show NAME | run NAME [key=value ...]`."""
+"""Command line: `python -m recipes list | show NAME | run NAME | sweep NAME --grid ...`."""
 
 import argparse
 import os
@@ -6,7 +6,7 @@ import signal
 import sys
 
 import recipes
-from recipes import UserError, _config
+from recipes import UserError, _config, _sweep
 
 # TensorFlow's C++ start-up notices are noise to a reader of a training log.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -19,14 +19,28 @@ def main(argv=None):
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("list", help="every recipe, with a one-line description")
     for command, help_text in (("run", "train a recipe"),
-                               ("show", "print a recipe's resolved config as YAML")):
+                               ("show", "print a recipe's resolved config as YAML"),
+                               ("sweep", "train every combination of --grid values; "
+                                         "write a results table")):
         sub = commands.add_parser(command, help=help_text)
         sub.add_argument("name", help="recipe name (see `list`)")
         sub.add_argument("overrides", nargs="*", metavar="key=value",
                          help="config overrides, e.g. train.epochs=2")
         sub.add_argument("--config", action="append", default=[], metavar="FILE",
                          help="extra YAML config, applied after the recipe's (repeatable)")
-    args = parser.parse_args(argv)
+        if command == "sweep":
+            sub.add_argument("--grid", action="append", required=True, metavar="KEY=[V,...]",
+                             help='values to try, e.g. "train.lr=[0.05,0.1]" (repeatable)')
+            sub.add_argument("--dir", metavar="DIR",
+                             help="where the runs and tables go; default: "
+                                  "runs/sweeps/NAME/<id of the command>")
+    # key=value items may also follow options (`sweep NAME --grid ... k=v`),
+    # which argparse leaves over.
+    args, extra = parser.parse_known_args(argv)
+    if extra and (args.command == "list" or any(item.startswith("-") for item in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        args.overrides += extra
 
     if args.command == "list":
         width = max(map(len, recipes.names()))
@@ -34,6 +48,9 @@ def main(argv=None):
             print(f"{name:<{width}}  {recipes.description(name)}")
         return 0
 
+    if args.command == "sweep":
+        _sweep.sweep(args.name, args.grid, args.config, args.overrides, args.dir)
+        return 0
     quiet = args.command == "show"
     config = _config.resolve(args.name, args.config, args.overrides,
                              announce=(lambda line: None) if quiet else print)
@@ -69,7 +86,8 @@ if __name__ == "__main__":
     except KeyboardInterrupt:
         status = 130
     if status == 130:
-        print("\ninterrupted: finished epochs are saved; run the same command "
-              "with run.resume=true (or the same run.dir) to continue.",
+        again = ("the same command" if "sweep" in sys.argv[1:2] else
+                 "the same command with run.resume=true (or the same run.dir)")
+        print(f"\ninterrupted: finished epochs are saved; run {again} to continue.",
               file=sys.stderr)
     sys.exit(status)

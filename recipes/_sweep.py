@@ -1,0 +1,130 @@
+"""Grid sweeps: every combination of the `--grid` values, one run each, and a table.
+
+    python -m recipes sweep densenet_cifar100 --grid "model.growth_rate=[12,24]" \
+        --grid "train.lr=[0.05,0.1]" train.epochs=30
+
+Each combination trains in its own run directory under the sweep's directory,
+which is named after the command, so running the same command again skips the
+combinations that finished and resumes the one that was interrupted. After
+every combination the table is rewritten as `results.md` and `results.csv`.
+
+A grid is `itertools.product`; KerasTuner's GridSearch would also work, but
+it calls `fit` itself and keeps its own trial state next to ours, and the
+recipes already own fitting, run directories and resuming.
+"""
+
+import csv
+import hashlib
+import itertools
+import json
+import re
+import statistics
+from pathlib import Path
+
+import yaml
+
+import recipes
+from recipes import RUNS_DIR, UserError, _config
+
+COLUMNS = ["params", "best_val_accuracy", "test_accuracy", "s_per_epoch", "mode", "run_dir"]
+
+
+def parse_grid(item):
+    """`"key=[v1,v2]"` -> `("key", [v1, v2])`."""
+    key, sep, text = item.partition("=")
+    try:
+        values = yaml.safe_load(text) if sep else None
+    except yaml.YAMLError:
+        values = None
+    if not key or not isinstance(values, list) or not values:
+        raise UserError(f"--grid expects key=[value,...], e.g. "
+                        f"\"train.lr=[0.05,0.1]\"; got '{item}'.")
+    return key.strip(), values
+
+
+def sweep(name, grid_items, config_files=(), overrides=(), sweep_dir=None):
+    """Runs every combination of `grid_items` on recipe `name`; returns the table rows."""
+    grid = [parse_grid(item) for item in grid_items]
+    keys = [key for key, _ in grid]
+    if len(set(keys)) != len(keys):
+        raise UserError(f"A key appears in more than one --grid: {', '.join(keys)}.")
+    if sweep_dir is None:
+        sweep_dir = RUNS_DIR / "sweeps" / name / _command_id(grid, config_files, overrides)
+    sweep_dir = Path(sweep_dir)
+
+    # Resolve every combination first: a typo fails now, not after hours.
+    combinations = []
+    for values in itertools.product(*(values for _, values in grid)):
+        settings = dict(zip(keys, values))
+        label = ",".join(f"{key}={_text(value)}" for key, value in settings.items())
+        run_dir = sweep_dir / re.sub(r"[^\w.,=-]+", "_", label)
+        items = [*overrides, *(f"{key}={json.dumps(value)}" for key, value in settings.items()),
+                 f"run.dir={run_dir}"]
+        config = _config.resolve(name, config_files, items, announce=lambda line: None)
+        combinations.append((settings, run_dir, config))
+    print(f"sweep of {name}: {len(combinations)} combinations in {sweep_dir}", flush=True)
+
+    rows = []
+    for number, (settings, run_dir, config) in enumerate(combinations, 1):
+        label = ", ".join(f"{key}={_text(value)}" for key, value in settings.items())
+        if (run_dir / "metrics.json").exists():
+            print(f"[{number}/{len(combinations)}] {label}: finished before, skipped", flush=True)
+        else:
+            print(f"[{number}/{len(combinations)}] {label}", flush=True)
+            recipes.load(name).run(config)
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        rows.append({**settings, **_row(metrics)})
+        write_tables(sweep_dir, [*keys, *COLUMNS], rows)
+
+    print("\n" + markdown_table([*keys, *COLUMNS], rows))
+    print(f"\ntables: {sweep_dir / 'results.md'}, {sweep_dir / 'results.csv'}")
+    return rows
+
+
+def _text(value):
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _command_id(grid, config_files, overrides):
+    """A short name for the sweep command, ignoring `run.*` overrides."""
+    kept = [item for item in overrides if not item.startswith("run.")]
+    text = json.dumps([grid, [str(p) for p in config_files], kept])
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def _row(metrics):
+    epoch_s = metrics["timing"]["epoch_s"]
+    best = metrics["best"].get("val_accuracy")
+    return {
+        "params": metrics["trainable_params"],
+        "best_val_accuracy": None if best is None else round(best, 4),
+        "test_accuracy": round(metrics["test"]["accuracy"], 4),
+        "s_per_epoch": round(statistics.median(epoch_s), 2) if epoch_s else None,
+        "mode": metrics["mode_used"],
+        "run_dir": metrics["run_dir"],
+    }
+
+
+def write_tables(sweep_dir, columns, rows):
+    """Writes `rows` as `results.csv` and `results.md` in `sweep_dir`."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    with (sweep_dir / "results.csv").open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    (sweep_dir / "results.md").write_text(markdown_table(columns, rows) + "\n")
+
+
+def markdown_table(columns, rows):
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(row[column]) for column in columns) + " |"
+              for row in rows]
+    return "\n".join(lines)
+
+
+def _cell(value):
+    if value is None:
+        return "-"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return _text(value)

@@ -1,0 +1,58 @@
+"""`python -m recipes sweep`: every combination, the results table, resuming."""
+
+import csv
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, TINY, TINY_MODEL
+from recipes import UserError, _sweep
+
+
+def test_two_combination_sweep_writes_the_table_and_resumes(tmp_path, capsys):
+    overrides = [*TINY, *TINY_MODEL["densenet_cifar100"], "train.epochs=2"]
+    rows = _sweep.sweep("densenet_cifar10", ["train.lr=[0.05,0.1]"],
+                        overrides=overrides, sweep_dir=tmp_path)
+
+    assert [row["train.lr"] for row in rows] == [0.05, 0.1]
+    for row in rows:
+        assert row["params"] == rows[0]["params"] > 0
+        assert 0 <= row["best_val_accuracy"] <= 1 and 0 <= row["test_accuracy"] <= 1
+        assert row["s_per_epoch"] > 0 and row["mode"] == "graph"
+    with (tmp_path / "results.csv").open() as file:
+        table = list(csv.DictReader(file))
+    assert [r["train.lr"] for r in table] == ["0.05", "0.1"]
+    assert list(table[0]) == ["train.lr", *_sweep.COLUMNS]
+    markdown = (tmp_path / "results.md").read_text().splitlines()
+    assert markdown[0] == "| train.lr | " + " | ".join(_sweep.COLUMNS) + " |"
+    assert len(markdown) == 4 and markdown[2].startswith("| 0.05 | ")
+    assert "| train.lr |" in capsys.readouterr().out  # printed at the end
+
+    finished = sorted(tmp_path.glob("*/metrics.json"))
+    stamps = [path.stat().st_mtime_ns for path in finished]
+    assert _sweep.sweep("densenet_cifar10", ["train.lr=[0.05,0.1]"],
+                        overrides=overrides, sweep_dir=tmp_path) == rows
+    assert capsys.readouterr().out.count("finished before, skipped") == 2
+    assert [path.stat().st_mtime_ns for path in finished] == stamps
+
+
+@pytest.mark.parametrize("grid, message", [
+    (["train.lr=0.1"], "--grid expects key=\\[value,...\\]"),
+    (["train.lr=[]"], "--grid expects key=\\[value,...\\]"),
+    (["train.lr=[0.1]", "train.lr=[0.2]"], "A key appears in more than one --grid"),
+    (["train.lrate=[0.1]"], "Unknown config key 'train.lrate'"),
+])
+def test_bad_grids_fail_before_training(grid, message, tmp_path):
+    with pytest.raises(UserError, match=message):
+        _sweep.sweep("mnist_mlp", grid, sweep_dir=tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_cli_sweep_error_exits_2_without_a_traceback():
+    result = subprocess.run(
+        [sys.executable, "-m", "recipes", "sweep", "mnist_mlp", "--grid", "train.epochs=[1,x]",
+         "data.source=synthetic"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "'train.epochs' expects an integer, got 'x'" in result.stderr
+    assert "Traceback" not in result.stderr
