@@ -1,6 +1,7 @@
 # Thin wrappers around `python -m recipes`; the first target that needs Python
 # creates .venv and installs the pinned dependencies.
 #   make recipe NAME=mnist_mlp ARGS="execution.mode=xla train.epochs=2"
+#   make sweep NAME=densenet_cifar10 GRID="model.growth_rate=[12,24] train.lr=[0.05,0.1]"
 #   make setup GPU=1        # TensorFlow's GPU build instead of the CPU one
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -15,10 +16,11 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe test tensorboard clean
+.PHONY: help setup list show recipe sweep test tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
+	@echo "make sweep NAME=<recipe> GRID=\"k=[a,b] ...\" [ARGS=...] every combination, with a results table"
 	@echo "make show NAME=<recipe> [ARGS=...]                 print its resolved config"
 	@echo "make list                                          every recipe"
 	@echo "make test                                          the offline test suite"
@@ -45,6 +47,11 @@ show: $(INSTALLED)
 recipe: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make recipe NAME=<recipe> [ARGS=\"key=value ...\"]; recipes:"; $(PY) -m recipes list; exit 2; }
 	@$(PY) -m recipes run $(NAME) $(ARGS)
+
+# Each word of GRID is one --grid: no spaces inside a list.
+sweep: $(INSTALLED)
+	@test -n "$(NAME)" -a -n "$(GRID)" || { echo 'usage: make sweep NAME=<recipe> GRID="model.growth_rate=[12,24] train.lr=[0.05,0.1]" [ARGS="key=value ..."]'; exit 2; }
+	@$(PY) -m recipes sweep $(NAME) $(foreach item,$(GRID),--grid '$(item)') $(ARGS)
 
 test: $(INSTALLED)
 	$(PY) -m pytest -q tests

@@ -29,7 +29,7 @@ def pad_crop(padding=4, seed=None):
     """Zero-pads by `padding` pixels, then crops each image back at a random offset.
 
     Written here because Keras' RandomCrop shifts a whole batch by one offset
-    and keras-cv's resamples the crop (about a third come out stretched by a
+    and keras-cv's resamples the window (some crops come out stretched by a
     pixel); the DenseNet paper shifts each image by whole pixels.
     """
 
