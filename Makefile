@@ -16,11 +16,13 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe sweep test tensorboard clean
+.PHONY: help setup list show recipe sweep compare compare-sizes test tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
 	@echo "make sweep NAME=<recipe> GRID=\"k=[a,b] ...\" [ARGS=...] every combination, with a results table"
+	@echo "make compare NAME=<recipe> [ARGS=\"modes=... steps=N ...\"] time each execution mode"
+	@echo "make compare-sizes NAME=<recipe> [ARGS=...]        the same at four model sizes, with a plot"
 	@echo "make show NAME=<recipe> [ARGS=...]                 print its resolved config"
 	@echo "make list                                          every recipe"
 	@echo "make test                                          the offline test suite"
@@ -52,6 +54,10 @@ recipe: $(INSTALLED)
 sweep: $(INSTALLED)
 	@test -n "$(NAME)" -a -n "$(GRID)" || { echo 'usage: make sweep NAME=<recipe> GRID="model.growth_rate=[12,24] train.lr=[0.05,0.1]" [ARGS="key=value ..."]'; exit 2; }
 	@$(PY) -m recipes sweep $(NAME) $(foreach item,$(GRID),--grid '$(item)') $(ARGS)
+
+compare compare-sizes: $(INSTALLED)
+	@test -n "$(NAME)" || { echo "usage: make $@ NAME=<recipe> [ARGS=\"modes=eager,graph steps=30 key=value ...\"]"; exit 2; }
+	@$(PY) -m recipes $@ $(NAME) $(ARGS)
 
 test: $(INSTALLED)
 	$(PY) -m pytest -q tests

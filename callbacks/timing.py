@@ -111,28 +111,33 @@ class Timing(keras.callbacks.Callback):
             stats["time_input_wait_fraction"] = epoch_waited / epoch_train_s
         logs.update(stats)
 
-    def summary(self):
+    def summary(self, warmup_steps=0):
         """Returns the whole run's timing as a dict of plain numbers.
 
         `trace_s` is the first step's time beyond a steady step: the cost of
         tracing (graph) or compiling (XLA) the train function.
+
+        Args:
+            warmup_steps: steps after the first left out of the steady-state
+                statistics (caches and allocators settling).
         """
-        if not self.step_s:
+        step_s = self.step_s[warmup_steps:]
+        if not step_s:
             return {"first_step_s": self.first_step_s, "trace_s": None,
                     "step_ms_median": None, "step_ms_p10": None,
                     "step_ms_p90": None, "images_per_s": None,
                     "input_wait_fraction": None, "epoch_s": self.epoch_s}
-        median_s = statistics.median(self.step_s)
-        steady_s = sum(self.step_s)
-        p10, p90 = np.percentile(self.step_s, [10, 90])
+        median_s = statistics.median(step_s)
+        p10, p90 = np.percentile(step_s, [10, 90])
+        # Input wait is only summed per epoch, so it covers every steady step.
         return {
             "first_step_s": self.first_step_s,
             "trace_s": max(self.first_step_s - median_s, 0.0),
             "step_ms_median": 1000 * median_s,
             "step_ms_p10": 1000 * float(p10),
             "step_ms_p90": 1000 * float(p90),
-            "images_per_s": self.batch_size * len(self.step_s) / steady_s,
-            "input_wait_fraction": (self._waited_steady / steady_s
+            "images_per_s": self.batch_size * len(step_s) / sum(step_s),
+            "input_wait_fraction": (self._waited_steady / sum(self.step_s)
                                     if self._measures_wait() else None),
             "epoch_s": self.epoch_s,
         }

@@ -6,7 +6,7 @@ import signal
 import sys
 
 import recipes
-from recipes import UserError, _config, _sweep
+from recipes import UserError, _compare, _config, _sweep
 
 # TensorFlow's C++ start-up notices are noise to a reader of a training log.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -21,7 +21,11 @@ def main(argv=None):
     for command, help_text in (("run", "train a recipe"),
                                ("show", "print a recipe's resolved config as YAML"),
                                ("sweep", "train every combination of --grid values; "
-                                         "write a results table")):
+                                         "write a results table"),
+                               ("compare", "time the training step in each execution mode "
+                                           "(options modes=..., steps=N)"),
+                               ("compare-sizes", "compare the modes at four or more model "
+                                                 "sizes (options size=KEY=[...], modes=, steps=)")):
         sub = commands.add_parser(command, help=help_text)
         sub.add_argument("name", help="recipe name (see `list`)")
         sub.add_argument("overrides", nargs="*", metavar="key=value",
@@ -50,6 +54,19 @@ def main(argv=None):
 
     if args.command == "sweep":
         _sweep.sweep(args.name, args.grid, args.config, args.overrides, args.dir)
+        return 0
+    if args.command in ("compare", "compare-sizes"):
+        options, overrides = _compare.split_options(args.overrides, {"modes", "steps", "size"})
+        modes = _compare.parse_modes(options.get("modes", ",".join(_compare.MODES)))
+        steps = _compare.parse_steps(options.get("steps", str(_compare.DEFAULT_STEPS)))
+        if args.command == "compare":
+            if "size" in options:
+                parser.error("size= belongs to compare-sizes")
+            _compare.compare(args.name, modes, steps, args.config, overrides)
+        else:
+            key, values = (_sweep.parse_grid(options["size"], "size=") if "size" in options
+                           else (None, None))
+            _compare.compare_sizes(args.name, key, values, modes, steps, args.config, overrides)
         return 0
     quiet = args.command == "show"
     config = _config.resolve(args.name, args.config, args.overrides,

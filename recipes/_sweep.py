@@ -29,15 +29,15 @@ from recipes import RUNS_DIR, UserError, _config
 COLUMNS = ["params", "best_val_accuracy", "test_accuracy", "s_per_epoch", "mode", "run_dir"]
 
 
-def parse_grid(item):
-    """`"key=[v1,v2]"` -> `("key", [v1, v2])`."""
+def parse_grid(item, option="--grid"):
+    """`"key=[v1,v2]"` -> `("key", [v1, v2])`; `option` names it in errors."""
     key, sep, text = item.partition("=")
     try:
         values = yaml.safe_load(text) if sep else None
     except yaml.YAMLError:
         values = None
     if not key or not isinstance(values, list) or not values:
-        raise UserError(f"--grid expects key=[value,...], e.g. "
+        raise UserError(f"{option} expects key=[value,...], e.g. "
                         f"\"train.lr=[0.05,0.1]\"; got '{item}'.")
     return key.strip(), values
 

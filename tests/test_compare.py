@@ -1,0 +1,66 @@
+"""`python -m recipes compare`: the output contract, and what each loop mode is."""
+
+import csv
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from recipes import UserError, _compare
+
+
+def test_compare_writes_one_row_per_mode(tmp_path):
+    modes = _compare.MODES
+    results = _compare.compare("mnist_mlp", modes, steps=3, overrides=[
+        "data.synthetic_examples=256", "data.batch_size=32", "model.hidden_units=[32]"],
+        out_dir=tmp_path)
+
+    assert results == json.loads((tmp_path / "results.json").read_text())
+    assert [row["mode"] for row in results["rows"]] == modes
+    assert {"device", "versions", "params"} <= set(results)
+    for row in results["rows"]:
+        assert set(_compare.COLUMNS) - {"peak_gpu_mb", "input_wait_fraction"} <= {k for k, v in row.items() if v is not None}
+        assert row["step_ms_p10"] <= row["step_ms_median"] <= row["step_ms_p90"]
+        assert row["images_per_s"] == pytest.approx(32 * 1000 / row["step_ms_median"], rel=0.5)
+        assert row["trace_s"] >= 0 and row["peak_rss_mb"] > 100
+        # 32 images x 3 x the forward pass of a 784-32-10 MLP (2 FLOPs per multiply-add).
+        assert row["flops_per_step"] >= 3 * 32 * 2 * (784 * 32 + 32 * 10)
+        assert 0 < row["mfu"] < 1 and row["matmul_flops_per_s"] > 1e9
+    rows = {row["mode"]: row for row in results["rows"]}
+    assert rows["eager"]["speedup_vs_eager"] == 1.0 == rows["loop_function"]["step_vs_loop_function"]
+    assert rows["graph_spe"]["input_wait_fraction"] is None
+    assert rows["graph"]["mode_used"] == "graph" and rows["xla"]["mode_used"] == "xla"
+    with (tmp_path / "results.csv").open() as file:
+        assert [row["mode"] for row in csv.DictReader(file)] == modes
+    assert (tmp_path / "table.md").read_text().count("\n") == 2 + len(modes)
+    assert (tmp_path / "speedup.png").read_bytes()[:4] == b"\x89PNG"
+    # Each mode ran the recipe in its own run directory.
+    assert all((tmp_path / "modes" / mode / "config.yaml").exists() for mode in modes)
+
+
+def tiny_compiled_model():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    return model
+
+
+def test_loop_function_is_a_tf_function_and_loop_eager_is_not():
+    model = tiny_compiled_model()
+    images, labels = np.ones((2, 4), "float32"), np.array([0, 1])
+    graph_step = _compare.train_step(model, use_function=True)
+    eager_step = _compare.train_step(model, use_function=False)
+    assert isinstance(graph_step, tf.types.experimental.PolymorphicFunction)
+    assert not isinstance(eager_step, tf.types.experimental.PolymorphicFunction)
+    before = model.get_weights()[0].copy()
+    eager_step(images, labels)
+    graph_step(images, labels)
+    assert graph_step.experimental_get_tracing_count() == 1
+    assert not np.allclose(before, model.get_weights()[0])  # both steps train
+
+
+@pytest.mark.parametrize("text, message", [("fast,graph", "Unknown mode(s) fast"), ("", "(none)")])
+def test_bad_modes_are_user_errors(text, message):
+    with pytest.raises(UserError, match=message.replace("(", "\\(").replace(")", "\\)")):
+        _compare.parse_modes(text)
