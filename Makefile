@@ -16,13 +16,14 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe sweep compare compare-sizes test tensorboard clean
+.PHONY: help setup list show recipe sweep compare compare-sizes benchmark test tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
 	@echo "make sweep NAME=<recipe> GRID=\"k=[a,b] ...\" [ARGS=...] every combination, with a results table"
 	@echo "make compare NAME=<recipe> [ARGS=\"modes=... steps=N ...\"] time each execution mode"
 	@echo "make compare-sizes NAME=<recipe> [ARGS=...]        the same at four model sizes, with a plot"
+	@echo "make benchmark                                     fit's overhead and input wait, per recipe module"
 	@echo "make show NAME=<recipe> [ARGS=...]                 print its resolved config"
 	@echo "make list                                          every recipe"
 	@echo "make test                                          the offline test suite"
@@ -58,6 +59,14 @@ sweep: $(INSTALLED)
 compare compare-sizes: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make $@ NAME=<recipe> [ARGS=\"modes=eager,graph steps=30 key=value ...\"]"; exit 2; }
 	@$(PY) -m recipes $@ $(NAME) $(ARGS)
+
+# Performance bars: fit (graph) against the hand-written tf.function step, and
+# input wait, on every recipe module's default model. Not a test: it reports.
+BENCHMARK_STEPS ?= 30
+benchmark: $(INSTALLED)
+	@for name in mnist_mlp cifar10_cnn densenet_cifar100; do \
+	  $(PY) -m recipes compare $$name modes=graph,loop_function steps=$(BENCHMARK_STEPS) $(ARGS) || exit $$?; \
+	done
 
 test: $(INSTALLED)
 	$(PY) -m pytest -q tests

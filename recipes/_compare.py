@@ -247,8 +247,9 @@ class _Measured(Exception):
 def train_step(model, use_function):
     """A hand-written training step on `model`'s compiled loss and optimizer.
 
-    What `fit`'s step does, minus its metrics: forward pass, loss plus the
-    layers' regularization losses, gradients, optimizer update.
+    What `fit`'s step does, minus its metrics: next batch, forward pass, loss
+    plus the layers' regularization losses, gradients, optimizer update. Like
+    `fit`, it takes the iterator, so a `tf.function` reads the batch in-graph.
     """
     import keras
     import tensorflow as tf
@@ -256,7 +257,8 @@ def train_step(model, use_function):
     loss_fn = keras.losses.get(model.loss)
     optimizer = model.optimizer
 
-    def step(images, labels):
+    def step(batches):
+        images, labels = next(batches)
         with tf.GradientTape() as tape:
             predictions = model(images, training=True)
             loss = loss_fn(labels, predictions)
@@ -302,7 +304,7 @@ def _measure(job):
             batches = iter(x)
             for index in range(total):
                 timing.on_train_batch_begin(index)
-                loss = step(*next(batches))
+                loss = step(batches)
                 timing.on_train_batch_end(index, {"loss": loss})
             timing.on_epoch_end(0)
         else:

@@ -48,14 +48,16 @@ def tiny_compiled_model():
 
 def test_loop_function_is_a_tf_function_and_loop_eager_is_not():
     model = tiny_compiled_model()
-    images, labels = np.ones((2, 4), "float32"), np.array([0, 1])
+    batches = iter(tf.data.Dataset.from_tensors(
+        (np.ones((2, 4), "float32"), np.array([0, 1]))).repeat())
     graph_step = _compare.train_step(model, use_function=True)
     eager_step = _compare.train_step(model, use_function=False)
     assert isinstance(graph_step, tf.types.experimental.PolymorphicFunction)
     assert not isinstance(eager_step, tf.types.experimental.PolymorphicFunction)
     before = model.get_weights()[0].copy()
-    eager_step(images, labels)
-    graph_step(images, labels)
+    eager_step(batches)
+    graph_step(batches)
+    graph_step(batches)
     assert graph_step.experimental_get_tracing_count() == 1
     assert not np.allclose(before, model.get_weights()[0])  # both steps train
 
