@@ -19,7 +19,6 @@ graph, and a square matmul measures what the device reaches in the same
 process, at the run's precision.
 """
 
-import csv
 import datetime
 import json
 import resource
@@ -28,7 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-from recipes import RUNS_DIR, UserError
+import recipes
+from recipes import RUNS_DIR, UserError, _config
+from recipes._tables import markdown_table, write_csv
 
 MODES = ["eager", "graph", "xla", "graph_spe", "loop_eager", "loop_function"]
 DEFAULT_STEPS = 30
@@ -80,8 +81,6 @@ def compare(name, modes=MODES, steps=DEFAULT_STEPS, config_files=(), overrides=(
     Writes `results.json`, `results.csv`, `table.md` and `speedup.png` into
     `out_dir` (default `runs/compare/NAME/<timestamp>`).
     """
-    from recipes import _config
-
     # Random images unless asked otherwise: speed does not depend on pixels,
     # and the comparison then runs anywhere, offline.
     overrides = ["data.source=synthetic", *overrides]
@@ -124,7 +123,7 @@ def compare(name, modes=MODES, steps=DEFAULT_STEPS, config_files=(), overrides=(
                "params": measured["params"], "rows": rows, **context}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_csv(out_dir / "results.csv", COLUMNS, rows)
-    table = markdown_table(COLUMNS, rows)
+    table = markdown_table(COLUMNS, rows, _fmt)
     (out_dir / "table.md").write_text(table + "\n")
     plot_modes(rows, f"{name} on {_device_label(context['device'])}", out_dir / "speedup.png")
     if not quiet:
@@ -135,8 +134,6 @@ def compare(name, modes=MODES, steps=DEFAULT_STEPS, config_files=(), overrides=(
 def compare_sizes(name, size_key=None, size_values=None, modes=MODES, steps=DEFAULT_STEPS,
                   config_files=(), overrides=(), out_dir=None):
     """Runs `compare` at each model size; writes a CSV and a speedup-vs-parameters plot."""
-    import recipes
-
     if size_key is None:
         module = recipes.module_of(name)
         if module not in SIZES:
@@ -159,26 +156,12 @@ def compare_sizes(name, size_key=None, size_values=None, modes=MODES, steps=DEFA
                   f"speedup {_fmt(row['speedup_vs_eager'])}", flush=True)
     columns = ["size", "params", *COLUMNS]
     write_csv(out_dir / "results.csv", columns, rows)
-    (out_dir / "table.md").write_text(markdown_table(columns, rows) + "\n")
+    (out_dir / "table.md").write_text(markdown_table(columns, rows, _fmt) + "\n")
     plot_sizes(rows, f"{name}: {size_key}, on {_device_label(results['device'])}",
                out_dir / "speedup_vs_params.png")
-    print("\n" + markdown_table(columns, rows))
+    print("\n" + markdown_table(columns, rows, _fmt))
     print(f"\nresults: {out_dir}/results.csv, table.md, speedup_vs_params.png")
     return rows
-
-
-def write_csv(path, columns, rows):
-    with path.open("w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-
-
-def markdown_table(columns, rows):
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_fmt(row.get(column)) for column in columns) + " |"
-              for row in rows]
-    return "\n".join(lines)
 
 
 def _fmt(value):
@@ -277,9 +260,8 @@ def _measure(job):
     import keras
     import tensorflow as tf
 
-    import recipes
     from callbacks import ExecutionModeCheck, Timing
-    from recipes import _config, _runner
+    from recipes import _runner
 
     mode, steps = job["mode"], job["steps"]
     execution = {"eager": "eager", "xla": "xla"}.get(mode, "graph")

@@ -5,6 +5,7 @@ import csv
 import datetime
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import sys
@@ -146,7 +147,7 @@ def finish_run(config, run_dir, model, test_metrics, timing):
         "mode_used": ExecutionModeCheck.mode_of(model),
         "precision": config["execution"]["precision"],
         "params": model.count_params(),
-        "trainable_params": sum(int(w.numpy().size) for w in model.trainable_weights),
+        "trainable_params": sum(math.prod(w.shape) for w in model.trainable_weights),
         "epochs_completed": len(epochs),
         "final": epochs[-1] if epochs else {},
         "best": _best_epoch(epochs, config["callbacks"]["monitor"]),

@@ -13,7 +13,6 @@ it calls `fit` itself and keeps its own trial state next to ours, and the
 recipes already own fitting, run directories and resuming.
 """
 
-import csv
 import hashlib
 import itertools
 import json
@@ -25,6 +24,7 @@ import yaml
 
 import recipes
 from recipes import RUNS_DIR, UserError, _config
+from recipes._tables import markdown_table, write_csv
 
 COLUMNS = ["params", "best_val_accuracy", "test_accuracy", "s_per_epoch", "mode", "run_dir"]
 
@@ -76,7 +76,7 @@ def sweep(name, grid_items, config_files=(), overrides=(), sweep_dir=None):
         rows.append({**settings, **_row(metrics)})
         write_tables(sweep_dir, [*keys, *COLUMNS], rows)
 
-    print("\n" + markdown_table([*keys, *COLUMNS], rows))
+    print("\n" + markdown_table([*keys, *COLUMNS], rows, _cell))
     print(f"\ntables: {sweep_dir / 'results.md'}, {sweep_dir / 'results.csv'}")
     return rows
 
@@ -108,18 +108,8 @@ def _row(metrics):
 def write_tables(sweep_dir, columns, rows):
     """Writes `rows` as `results.csv` and `results.md` in `sweep_dir`."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    with (sweep_dir / "results.csv").open("w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
-    (sweep_dir / "results.md").write_text(markdown_table(columns, rows) + "\n")
-
-
-def markdown_table(columns, rows):
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_cell(row[column]) for column in columns) + " |"
-              for row in rows]
-    return "\n".join(lines)
+    write_csv(sweep_dir / "results.csv", columns, rows)
+    (sweep_dir / "results.md").write_text(markdown_table(columns, rows, _cell) + "\n")
 
 
 def _cell(value):
