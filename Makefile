@@ -16,7 +16,7 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe sweep compare compare-sizes benchmark test tensorboard clean
+.PHONY: help setup list show recipe sweep compare compare-sizes benchmark preview benchmark-augment test tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
@@ -24,6 +24,8 @@ help:
 	@echo "make compare NAME=<recipe> [ARGS=\"modes=... steps=N ...\"] time each execution mode"
 	@echo "make compare-sizes NAME=<recipe> [ARGS=...]        the same at four model sizes, with a plot"
 	@echo "make benchmark                                     fit's overhead and input wait, per recipe module"
+	@echo "make preview NAME=<recipe> [ARGS=...]              PNG of training images before/after augmentation"
+	@echo "make benchmark-augment [NAME=<recipe>]             augmentation images/s; training on host vs device"
 	@echo "make show NAME=<recipe> [ARGS=...]                 print its resolved config"
 	@echo "make list                                          every recipe"
 	@echo "make test                                          the offline test suite"
@@ -67,6 +69,15 @@ benchmark: $(INSTALLED)
 	@for name in mnist_mlp cifar10_cnn densenet_cifar100; do \
 	  $(PY) -m recipes compare $$name modes=graph,loop_function steps=$(BENCHMARK_STEPS) $(ARGS) || exit $$?; \
 	done
+
+preview: $(INSTALLED)
+	@test -n "$(NAME)" || { echo "usage: make preview NAME=<recipe> [ARGS=\"data.augment=[pad_crop,flip,cutmix]\"]"; exit 2; }
+	@$(PY) -m recipes preview $(NAME) $(ARGS)
+
+# Each operation alone in both engines, then training with the recipe's
+# pipeline on host and on device. Not a test: it reports.
+benchmark-augment: $(INSTALLED)
+	@$(PY) -m recipes augment-benchmark $(or $(NAME),densenet_cifar100_modern) steps=$(BENCHMARK_STEPS) $(ARGS)
 
 test: $(INSTALLED)
 	$(PY) -m pytest -q tests

@@ -39,7 +39,9 @@ class ExecutionModeCheck(keras.callbacks.Callback):
         """Returns the mode a compiled `model` trains in."""
         if model.run_eagerly:
             return "eager"
-        return "xla" if model.jit_compile else "graph"
+        # A step wrapped by recipes._augment.on_device compiles itself.
+        step_compiled = getattr(model.train_step, "jit_compile", False)
+        return "xla" if model.jit_compile or step_compiled else "graph"
 
     def on_train_begin(self, logs=None):
         self.mode_used = self.mode_of(self.model)

@@ -1,4 +1,5 @@
-"""Command line: `python -m recipes list | show NAME | run NAME | sweep NAME --grid ...`."""
+"""Command line: `python -m recipes list | show | run | sweep | compare | compare-sizes |
+preview | augment-benchmark`; `python -m recipes -h` says what each does."""
 
 import argparse
 import os
@@ -6,7 +7,7 @@ import signal
 import sys
 
 import recipes
-from recipes import UserError, _compare, _config, _sweep
+from recipes import UserError, _augment_bench, _compare, _config, _preview, _sweep
 
 # TensorFlow's C++ start-up notices are noise to a reader of a training log.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -25,7 +26,11 @@ def main(argv=None):
                                ("compare", "time the training step in each execution mode "
                                            "(options modes=..., steps=N)"),
                                ("compare-sizes", "compare the modes at four or more model "
-                                                 "sizes (options size=KEY=[...], modes=, steps=)")):
+                                                 "sizes (options size=KEY=[...], modes=, steps=)"),
+                               ("preview", "write a PNG of training images before and after "
+                                           "data.augment"),
+                               ("augment-benchmark", "time each augmentation, and training with "
+                                                     "it on host and device (option steps=N)")):
         sub = commands.add_parser(command, help=help_text)
         sub.add_argument("name", help="recipe name (see `list`)")
         sub.add_argument("overrides", nargs="*", metavar="key=value",
@@ -67,6 +72,14 @@ def main(argv=None):
             key, values = (_sweep.parse_grid(options["size"], "size=") if "size" in options
                            else (None, None))
             _compare.compare_sizes(args.name, key, values, modes, steps, args.config, overrides)
+        return 0
+    if args.command == "augment-benchmark":
+        options, overrides = _compare.split_options(args.overrides, {"steps"})
+        steps = _compare.parse_steps(options.get("steps", str(_compare.DEFAULT_STEPS)))
+        _augment_bench.benchmark(args.name, steps, args.config, overrides)
+        return 0
+    if args.command == "preview":
+        _preview.preview(args.name, args.config, args.overrides)
         return 0
     quiet = args.command == "show"
     config = _config.resolve(args.name, args.config, args.overrides,

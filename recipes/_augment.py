@@ -1,4 +1,5 @@
-"""Training-time augmentation, named in `data.augment`.
+"""Training-time augmentation: what (`data.augment`), where (`data.augment_on`)
+and with which library (`data.augment_engine`).
 
 `data.augment` lists operations applied in order to whole training batches of
 float images in [0, 1]. Each entry is a name, or a one-key mapping from a name
@@ -6,32 +7,46 @@ to its parameters:
 
     data.augment=[flip,pad_crop,{randaugment: {magnitude: 0.3}},cutmix]
 
-They run in the tf.data pipeline, on the training split only: validation,
-test and prediction see the images as they are. `mixup` and `cutmix` blend
-pairs of images and their labels, so they need one-hot labels.
+Only training batches are augmented: validation, test and prediction see the
+images as they are. `mixup` and `cutmix` blend pairs of images and their
+labels into soft labels, so they need a recipe trained on one-hot labels.
+
+`data.augment_on` places the work:
+- `host`: a map in the tf.data pipeline, on the CPU, overlapping the step;
+- `device`: inside `fit`'s training step, on the accelerator (`on_device`);
+- `auto`: `device` when TensorFlow sees a GPU, else `host` (the faster one on
+  this repository's CPU machine; README, "Augmentation").
+
+`data.augment_engine` picks the layers: `keras_cv` (the default), or `keras`,
+Keras core's equivalents under the same names and parameters. keras-cv's last
+release was in April 2024; the README lists what differs between the two.
 """
 
 import inspect
+import math
 
+import keras
 import keras_cv
 import tensorflow as tf
 
 from recipes import UserError
 
-
-def flip(mode="horizontal", seed=None):
-    """Random flips (keras-cv RandomFlip)."""
-    layer = keras_cv.layers.RandomFlip(mode, seed=seed, dtype="float32")
-    return lambda images, labels: (layer(images), labels)
+ENGINES = {"keras_cv": keras_cv.layers, "keras": keras.layers}
 
 
-def pad_crop(padding=4, seed=None):
+def flip(engine, seed, mode="horizontal"):
+    """Random flips (RandomFlip)."""
+    return _images_only(ENGINES[engine].RandomFlip(mode, seed=seed, dtype="float32"))
+
+
+def pad_crop(engine, seed, padding=4):
     """Zero-pads by `padding` pixels, then crops each image back at a random offset.
 
-    Written here because Keras' RandomCrop shifts a whole batch by one offset
-    and keras-cv's resamples the window (some crops come out stretched by a
-    pixel); the DenseNet paper shifts each image by whole pixels.
+    Our own, the same for both engines: Keras' RandomCrop shifts a whole batch
+    by one offset, and keras-cv's resamples the window (some crops come out
+    stretched by a pixel); the DenseNet paper shifts each image by whole pixels.
     """
+    del engine  # the same code for both
 
     def apply(images, labels):
         batch, height, width = tf.unstack(tf.shape(images)[:3])
@@ -45,41 +60,90 @@ def pad_crop(padding=4, seed=None):
     return apply
 
 
-def randaugment(magnitude=0.5, augmentations_per_image=2, seed=None, **options):
-    """keras-cv RandAugment on [0, 1] images; `options` go to the layer."""
-    layer = keras_cv.layers.RandAugment(
-        value_range=(0, 1), magnitude=magnitude,
-        augmentations_per_image=augmentations_per_image, seed=seed,
-        dtype="float32", **options)
-    return lambda images, labels: (layer(images), labels)
+def randaugment(engine, seed, magnitude=0.5, augmentations_per_image=2):
+    """RandAugment: `augmentations_per_image` random operations of strength `magnitude`."""
+    if engine == "keras_cv":
+        layer = _SequentialRandAugment(
+            value_range=(0, 1), magnitude=magnitude,
+            augmentations_per_image=augmentations_per_image, seed=seed, dtype="float32",
+            name="rand_augment")
+    else:
+        layer = keras.layers.RandAugment(
+            value_range=(0, 1), factor=magnitude, num_ops=augmentations_per_image,
+            seed=seed, dtype="float32")
+    return _images_only(layer)
 
 
-def _mixing(layer_class):
-    def build(alpha=None, seed=None):
-        options = {} if alpha is None else {"alpha": alpha}
-        layer = layer_class(seed=seed, dtype="float32", **options)
+class _SequentialRandAugment(keras_cv.layers.RandAugment):
+    """keras-cv's RandAugment, its per-image loop run one image at a time.
 
-        def apply(images, labels):
-            mixed = layer({"images": images, "labels": labels})
-            return mixed["images"], mixed["labels"]
+    Every image draws from one shared seed state, and tf.map_fn's parallel
+    iterations would draw in a different order each run: a seeded run would
+    not repeat. Sequential costs speed (README, "Augmentation").
+    """
 
-        return apply
-
-    build.__doc__ = f"keras-cv {layer_class.__name__}: blends pairs of images and their labels."
-    return build
+    def _map_fn(self, func, inputs):
+        return tf.map_fn(func, inputs, parallel_iterations=1)
 
 
-OPERATIONS = {
-    "flip": flip,
-    "pad_crop": pad_crop,
-    "randaugment": randaugment,
-    "mixup": _mixing(keras_cv.layers.MixUp),
-    "cutmix": _mixing(keras_cv.layers.CutMix),
-}
+def random_erasing(engine, seed, scale=(0.02, 0.33)):
+    """Sets a random rectangle of each image to 0; `scale`: its area range,
+    as fractions of the image (each side is a square root of one)."""
+    if engine == "keras_cv":
+        sides = tuple(math.sqrt(s) for s in scale)
+        layer = keras_cv.layers.RandomCutout(height_factor=sides, width_factor=sides,
+                                             fill_value=0.0, seed=seed, dtype="float32")
+    else:
+        layer = keras.layers.RandomErasing(factor=(1.0, 1.0), scale=scale, fill_value=0.0,
+                                           value_range=(0, 1), seed=seed, dtype="float32")
+    return _images_only(layer)
+
+
+def color_jitter(engine, seed, brightness_factor=0.2, contrast_factor=0.2,
+                 saturation_factor=(0.3, 0.7), hue_factor=0.05):
+    """Random brightness, contrast, saturation and hue (RandomColorJitter;
+    saturation 0.5 leaves an image as it is)."""
+    layer = ENGINES[engine].RandomColorJitter(
+        value_range=(0, 1), brightness_factor=brightness_factor,
+        contrast_factor=contrast_factor, saturation_factor=saturation_factor,
+        hue_factor=hue_factor, seed=seed, dtype="float32")
+    return _images_only(layer)
+
+
+def mixup(engine, seed, alpha=0.2):
+    """MixUp: blends pairs of images and their labels, weights from Beta(alpha, alpha)."""
+    return _mixing(ENGINES[engine].MixUp(alpha=alpha, seed=seed, dtype="float32"))
+
+
+def cutmix(engine, seed, alpha=1.0):
+    """CutMix: pastes a box of another image, labels mixed by its area.
+    keras-cv draws the area from Beta(alpha, alpha); Keras core first draws
+    its Beta parameter from U(0, alpha), with alpha at most 1."""
+    if engine == "keras_cv":
+        layer = keras_cv.layers.CutMix(alpha=alpha, seed=seed, dtype="float32")
+    else:
+        layer = keras.layers.CutMix(factor=alpha, seed=seed, dtype="float32")
+    return _mixing(layer)
+
+
+def _images_only(layer):
+    return lambda images, labels: (layer(images, training=True), labels)
+
+
+def _mixing(layer):
+    def apply(images, labels):
+        mixed = layer({"images": images, "labels": labels}, training=True)
+        return mixed["images"], mixed["labels"]
+
+    return apply
+
+
+OPERATIONS = {operation.__name__: operation for operation in (
+    flip, pad_crop, randaugment, random_erasing, color_jitter, mixup, cutmix)}
 NEEDS_ONE_HOT = {"mixup", "cutmix"}
 
 
-def pipeline(entries, one_hot, seed=0):
+def pipeline(entries, one_hot, seed=0, engine="keras_cv"):
     """Returns a function `(images, labels) -> (images, labels)` applying
     `entries` in order, or None when there are none.
 
@@ -98,10 +162,9 @@ def pipeline(entries, one_hot, seed=0):
                             "recipe trained on one-hot labels (the densenet_* "
                             "recipes); this recipe uses integer labels.")
         try:
-            steps.append(OPERATIONS[name](seed=seed + index, **params))
-        except TypeError as error:
-            accepted = [p for p in inspect.signature(OPERATIONS[name]).parameters
-                        if p not in ("seed", "options")]
+            steps.append(OPERATIONS[name](engine, seed + index, **params))
+        except (TypeError, ValueError) as error:
+            accepted = list(inspect.signature(OPERATIONS[name]).parameters)[2:]
             raise UserError(f"data.augment: bad parameters for '{name}' ({error}); "
                             f"it takes {', '.join(accepted) or 'none'}.") from None
     if not steps:
@@ -124,3 +187,38 @@ def _parse(entry):
             return name, params or {}
     raise UserError(f"data.augment: cannot read {entry!r}; write a name, or "
                     "{name: {parameter: value}}, e.g. {randaugment: {magnitude: 0.3}}.")
+
+
+def placement(augment_on):
+    """Where `data.augment_on` runs augmentation on this machine: device or host."""
+    if augment_on == "auto":
+        return "device" if tf.config.list_physical_devices("GPU") else "host"
+    return augment_on
+
+
+def on_device(model, augment):
+    """Makes `model.fit` apply `augment` to each training batch inside its
+    training step, on the accelerator; evaluation and prediction are untouched.
+
+    Keras has no hook between reading a batch and the step, so this wraps
+    `model.train_step`. Under XLA the augmentation stays out of the compiled
+    cluster (RandAugment, MixUp and CutMix use ops XLA cannot compile, in
+    both engines): the model's own step becomes a
+    `jit_compile=True` function, called from fit's plain graph after it.
+    Call it after `model.compile`.
+    """
+    step, compiled = model.train_step, model.jit_compile
+    if compiled:
+        step = tf.function(step, jit_compile=True)
+        model.jit_compile = False  # fit's outer graph: augmentation, then the step
+    # fit traces its step with AutoGraph off, and keras-cv's layers need it
+    # (Python `if`s on tensors); a tf.function of their own turns it back on.
+    augment_batch = augment if model.run_eagerly else tf.function(augment)
+
+    def augmented_train_step(data):
+        images, labels = augment_batch(*data)
+        return step((images, labels))
+
+    augmented_train_step.jit_compile = compiled  # read by ExecutionModeCheck
+    augmented_train_step.augment = augment  # for the hand-written loop in _compare
+    model.train_step = augmented_train_step

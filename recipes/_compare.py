@@ -29,7 +29,7 @@ from pathlib import Path
 
 import recipes
 from recipes import RUNS_DIR, UserError, _config
-from recipes._tables import markdown_table, write_csv
+from recipes._tables import device_label, markdown_table, number_cell, write_csv
 
 MODES = ["eager", "graph", "xla", "graph_spe", "loop_eager", "loop_function"]
 DEFAULT_STEPS = 30
@@ -123,9 +123,9 @@ def compare(name, modes=MODES, steps=DEFAULT_STEPS, config_files=(), overrides=(
                "params": measured["params"], "rows": rows, **context}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_csv(out_dir / "results.csv", COLUMNS, rows)
-    table = markdown_table(COLUMNS, rows, _fmt)
+    table = markdown_table(COLUMNS, rows, number_cell)
     (out_dir / "table.md").write_text(table + "\n")
-    plot_modes(rows, f"{name} on {_device_label(context['device'])}", out_dir / "speedup.png")
+    plot_modes(rows, f"{name} on {device_label(context['device'])}", out_dir / "speedup.png")
     if not quiet:
         print("\n" + table + f"\n\nresults: {out_dir}/results.json, table.md, speedup.png")
     return results
@@ -153,29 +153,15 @@ def compare_sizes(name, size_key=None, size_values=None, modes=MODES, steps=DEFA
         for row in results["rows"]:
             rows.append({"size": json.dumps(value), "params": results["params"], **row})
             print(f"  {row['mode']:<13} {row['step_ms_median']:9.2f} ms/step  "
-                  f"speedup {_fmt(row['speedup_vs_eager'])}", flush=True)
+                  f"speedup {number_cell(row['speedup_vs_eager'])}", flush=True)
     columns = ["size", "params", *COLUMNS]
     write_csv(out_dir / "results.csv", columns, rows)
-    (out_dir / "table.md").write_text(markdown_table(columns, rows, _fmt) + "\n")
-    plot_sizes(rows, f"{name}: {size_key}, on {_device_label(results['device'])}",
+    (out_dir / "table.md").write_text(markdown_table(columns, rows, number_cell) + "\n")
+    plot_sizes(rows, f"{name}: {size_key}, on {device_label(results['device'])}",
                out_dir / "speedup_vs_params.png")
-    print("\n" + markdown_table(columns, rows, _fmt))
+    print("\n" + markdown_table(columns, rows, number_cell))
     print(f"\nresults: {out_dir}/results.csv, table.md, speedup_vs_params.png")
     return rows
-
-
-def _fmt(value):
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if abs(value) >= 1e6:
-            return f"{value:.3g}"
-        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
-    return str(value)
-
-
-def _device_label(device):
-    return ", ".join(device["gpus"]) or f"{device['cpu']} ({device['cpu_cores']} cores)"
 
 
 def plot_modes(rows, title, path):
@@ -239,9 +225,13 @@ def train_step(model, use_function):
 
     loss_fn = keras.losses.get(model.loss)
     optimizer = model.optimizer
+    # Augmentation that `fit` would run in its step (data.augment_on=device).
+    augment = getattr(model.train_step, "augment", None)
 
     def step(batches):
         images, labels = next(batches)
+        if augment:
+            images, labels = augment(images, labels)
         with tf.GradientTape() as tape:
             predictions = model(images, training=True)
             loss = loss_fn(labels, predictions)

@@ -29,6 +29,8 @@ DEFAULTS = {
         "shuffle_buffer": 10000,
         "cache": True,  # keep decoded uint8 images in memory after the first epoch
         "augment": [],  # training-only operations, in order: see recipes/_augment.py
+        "augment_on": "auto",  # device (in the training step) or host (tf.data); auto: device on a GPU
+        "augment_engine": "keras_cv",  # or keras: Keras core's layers under the same names
     },
     "model": {},
     "train": {
@@ -71,6 +73,8 @@ TYPES = {
 
 CHOICES = {
     "data.source": ["tfds", "synthetic", "folder"],
+    "data.augment_on": ["auto", "device", "host"],
+    "data.augment_engine": ["keras_cv", "keras"],
     "execution.mode": ["eager", "graph", "xla"],
     "execution.precision": ["float32", "mixed_float16", "mixed_bfloat16"],
     "model.api": ["functional", "sequential"],

@@ -3,7 +3,8 @@
 Every source yields uint8 images and int labels, which go through the same
 pipeline: cache the decoded uint8 images, shuffle, batch, scale to float32 in
 [0, 1] on whole batches, one-hot the labels if the recipe asks, augment
-(training only, see `recipes/_augment.py`), prefetch. Training batches drop
+(training only, when `data.augment_on` places it on the host; see
+`recipes/_augment.py`), prefetch. Training batches drop
 the remainder, so every step has one shape and XLA compiles once.
 """
 
@@ -45,6 +46,8 @@ class Data:
     train_examples: int
     batch_size: int
     steps_per_epoch: int
+    augment: object  # (images, labels) -> (images, labels), or None
+    augment_on: str  # "host" (already in `train`), "device" (for _augment.on_device) or None
 
 
 def load(data_config, seed=0, steps_per_epoch=None, one_hot=False):
@@ -65,7 +68,9 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False):
         raise UserError("data.validation_split must be between 0 and 1 "
                         f"(exclusive), got {data_config['validation_split']}.")
     input_shape, num_classes = DATASETS[name]
-    augment = _augment.pipeline(data_config["augment"], one_hot, seed)
+    augment = _augment.pipeline(data_config["augment"], one_hot, seed,
+                                data_config["augment_engine"])
+    augment_on = _augment.placement(data_config["augment_on"]) if augment else None
     source = data_config["source"]
     if source == "tfds":
         train, validation, test = _tfds_splits(data_config)
@@ -96,8 +101,11 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False):
         dataset = dataset.batch(batch_size, drop_remainder=training,
                                 num_parallel_calls=AUTOTUNE)
         dataset = dataset.map(to_model_input, num_parallel_calls=AUTOTUNE)
-        if training and augment:
-            dataset = dataset.map(augment, num_parallel_calls=AUTOTUNE)
+        if training and augment_on == "host":
+            # One batch at a time: the layers' random state then advances in
+            # the same order every run, so a seeded run repeats exactly.
+            # Each call is vectorized, and prefetch overlaps it with training.
+            dataset = dataset.map(augment)
         return dataset.prefetch(AUTOTUNE)
 
     return Data(
@@ -110,6 +118,8 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False):
         train_examples=train_examples,
         batch_size=batch_size,
         steps_per_epoch=steps_per_epoch or train_examples // batch_size,
+        augment=augment,
+        augment_on=augment_on,
     )
 
 

@@ -24,24 +24,28 @@ from recipes._config import dump
 RESUMABLE_KEYS = {"run", "train.epochs"}
 
 
-def start_run(config):
-    """Prepares a run of `config["recipe"]`: returns its directory.
+def prepare(config):
+    """Starts a recipe from a clean slate: clears Keras' session, seeds every
+    random generator with `execution.seed` and sets the global dtype policy.
 
-    Creates (or, to resume, reuses) the run directory and writes the resolved
-    `config.yaml` into it, then seeds every random generator and sets the
-    global dtype policy, so that nothing of a previous run in this process
-    leaks into this one.
+    Call it before building anything random, the input pipeline included:
+    tf.data fixes its random ops' seeds when it traces them.
     """
-    run_dir = _run_dir(config)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(dump(config))
-    print(f"run directory: {run_dir}", flush=True)
-
     # Our pipelines shuffle themselves; fit's shuffle=True warns for nothing.
     warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
     keras.backend.clear_session()
     keras.utils.set_random_seed(config["execution"]["seed"])
     keras.mixed_precision.set_global_policy(config["execution"]["precision"])
+
+
+def start_run(config):
+    """Creates (or, to resume, reuses) the directory of a run of
+    `config["recipe"]`, writes the resolved `config.yaml` into it and returns it.
+    """
+    run_dir = _run_dir(config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(dump(config))
+    print(f"run directory: {run_dir}", flush=True)
     return run_dir
 
 
@@ -135,7 +139,7 @@ def standard_callbacks(config, run_dir):
     return callbacks
 
 
-def finish_run(config, run_dir, model, test_metrics, timing):
+def finish_run(config, run_dir, model, test_metrics, timing, data):
     """Writes `metrics.json` into `run_dir`, prints a summary, returns the dict."""
     name = config["recipe"]
     run_dir = Path(run_dir)
@@ -146,6 +150,11 @@ def finish_run(config, run_dir, model, test_metrics, timing):
         "mode_requested": config["execution"]["mode"],
         "mode_used": ExecutionModeCheck.mode_of(model),
         "precision": config["execution"]["precision"],
+        # Where augmentation really ran: in tf.data, in the step that
+        # _augment.on_device wrapped, or nowhere (null).
+        "augment_on": ("device" if hasattr(model.train_step, "augment")
+                       else "host" if data.augment_on == "host" else None),
+        "augment_engine": config["data"]["augment_engine"] if data.augment else None,
         "params": model.count_params(),
         "trainable_params": sum(math.prod(w.shape) for w in model.trainable_weights),
         "epochs_completed": len(epochs),

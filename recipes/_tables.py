@@ -1,4 +1,4 @@
-"""Result tables as CSV and Markdown, for `sweep` and `compare`."""
+"""Result tables as CSV and Markdown, for `sweep`, `compare` and `augment-benchmark`."""
 
 import csv
 
@@ -17,3 +17,19 @@ def markdown_table(columns, rows, cell=str):
     lines += ["| " + " | ".join(cell(row.get(column)) for column in columns) + " |"
               for row in rows]
     return "\n".join(lines)
+
+
+def number_cell(value):
+    """A table cell for a measured number: 3 significant decimals, '-' for None."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if abs(value) >= 1e6:
+            return f"{value:.3g}"
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def device_label(device):
+    """The GPUs of a `device_info()` dict, or its CPU when there are none."""
+    return ", ".join(device["gpus"]) or f"{device['cpu']} ({device['cpu_cores']} cores)"

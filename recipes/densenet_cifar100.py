@@ -19,7 +19,10 @@ import keras
 import models
 from callbacks import Timing
 from models.densenet import variant_spec
-from recipes import UserError, _data, _runner
+from recipes import UserError, _augment, _data, _runner
+
+# Label smoothing, MixUp and CutMix need one-hot labels, not class indices.
+ONE_HOT_LABELS = True
 
 
 def run(config):
@@ -39,13 +42,15 @@ def run(config):
             compression=model_config["compression"])
     except ValueError as error:
         raise UserError(f"model: {error}") from None
+    # Seeds every random generator, the input pipeline's included, and sets
+    # the dtype policy, before anything is built.
+    _runner.prepare(config)
 
     # ## Data
-    # One-hot labels, because label smoothing, MixUp and CutMix need them.
     # `data.augment` (pad-crop and flip for the paper) runs on training
     # batches only.
     data = _data.load(config["data"], seed=config["execution"]["seed"],
-                      steps_per_epoch=train_config["steps_per_epoch"], one_hot=True)
+                      steps_per_epoch=train_config["steps_per_epoch"], one_hot=ONE_HOT_LABELS)
     # The schedule counts optimizer steps, which a resumed run restores.
     schedule = learning_rate_schedule(train_config, data.steps_per_epoch)
     run_dir = _runner.start_run(config)
@@ -75,6 +80,9 @@ def run(config):
         metrics=["accuracy"],
         **_runner.compile_options(config),
     )
+    # Augmentation placed on the device runs inside fit's training step.
+    if data.augment_on == "device":
+        _augment.on_device(model, data.augment)
     timing = Timing(batch_size=data.batch_size)
     model.fit(
         timing.instrument(data.train),
@@ -87,7 +95,7 @@ def run(config):
 
     # ## Evaluation
     test_metrics = model.evaluate(data.test, return_dict=True, verbose=0)
-    return _runner.finish_run(config, run_dir, model, test_metrics, timing)
+    return _runner.finish_run(config, run_dir, model, test_metrics, timing, data)
 
 
 def learning_rate_schedule(train_config, steps_per_epoch):

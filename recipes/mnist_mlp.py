@@ -15,7 +15,7 @@ import keras
 
 import models
 from callbacks import Timing
-from recipes import _data, _runner
+from recipes import _augment, _data, _runner
 
 
 def run(config):
@@ -24,13 +24,16 @@ def run(config):
     Returns:
         The run's metrics, also written to `<run dir>/metrics.json`.
     """
+    # Seeds every random generator, the input pipeline's included, and sets
+    # the dtype policy, before anything is built.
+    _runner.prepare(config)
+
     # ## Data
     # uint8 images scaled to [0, 1] on whole batches; 10% of the training
     # split is held out for validation, the test split is only for the end.
     data = _data.load(config["data"], seed=config["execution"]["seed"],
                       steps_per_epoch=config["train"]["steps_per_epoch"])
-    # The run directory is made once the data is there; this also seeds and
-    # sets the dtype policy before the model is built.
+    # The run directory is made once the data is there.
     run_dir = _runner.start_run(config)
 
     # ## Model
@@ -51,6 +54,9 @@ def run(config):
         metrics=["accuracy"],
         **_runner.compile_options(config),
     )
+    # Augmentation placed on the device runs inside fit's training step.
+    if data.augment_on == "device":
+        _augment.on_device(model, data.augment)
     timing = Timing(batch_size=data.batch_size)
     model.fit(
         timing.instrument(data.train),
@@ -63,4 +69,4 @@ def run(config):
 
     # ## Evaluation
     test_metrics = model.evaluate(data.test, return_dict=True, verbose=0)
-    return _runner.finish_run(config, run_dir, model, test_metrics, timing)
+    return _runner.finish_run(config, run_dir, model, test_metrics, timing, data)

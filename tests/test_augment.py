@@ -1,11 +1,19 @@
-"""`data.augment`: each operation, the exact pad-crop, soft labels, errors,
-and that only the training split is augmented."""
+"""Augmentation: each operation in both engines, the exact pad-crop, soft
+labels, errors, training-only application on host and device, XLA kept for
+the model step, seeded reproducibility, and the preview."""
 
+import csv
+import json
+
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from recipes import UserError, _augment, _config, _data
+import recipes
+from recipes import UserError, _augment, _augment_bench, _config, _data, _preview
+
+ENGINES = list(_augment.ENGINES)
 
 
 def batch(n=16, classes=10, seed=0):
@@ -15,13 +23,15 @@ def batch(n=16, classes=10, seed=0):
     return tf.constant(images), labels
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("entry", list(_augment.OPERATIONS) + [{"randaugment": {"magnitude": 0.3}}])
-def test_each_operation_keeps_shapes_dtypes_and_range(entry):
+def test_each_operation_keeps_shapes_dtypes_and_range(entry, engine):
     images, labels = batch()
-    out_images, out_labels = _augment.pipeline([entry], one_hot=True)(images, labels)
+    out_images, out_labels = _augment.pipeline([entry], one_hot=True, engine=engine)(images, labels)
     assert out_images.shape == images.shape and out_images.dtype == tf.float32
     assert out_labels.shape == labels.shape and out_labels.dtype == tf.float32
     assert 0.0 <= float(tf.reduce_min(out_images)) and float(tf.reduce_max(out_images)) <= 1.0
+    assert not np.array_equal(out_images, images)  # it did something
 
 
 def test_pad_crop_shifts_each_image_by_whole_pixels():
@@ -37,16 +47,18 @@ def test_pad_crop_shifts_each_image_by_whole_pixels():
     assert len(set(shifts)) > 5  # one offset per image, not one per batch
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("name", sorted(_augment.NEEDS_ONE_HOT))
-def test_mixing_gives_soft_labels_that_sum_to_one(name):
+def test_mixing_gives_soft_labels_that_sum_to_one(name, engine):
     images, labels = batch(n=64)
-    _, mixed = _augment.pipeline([name], one_hot=True, seed=3)(images, labels)
+    _, mixed = _augment.pipeline([name], one_hot=True, seed=3, engine=engine)(images, labels)
     np.testing.assert_allclose(tf.reduce_sum(mixed, axis=-1), 1.0, rtol=1e-5)
     assert np.any((mixed.numpy() > 0) & (mixed.numpy() < 1))  # some labels are blends
 
 
 @pytest.mark.parametrize("entries, one_hot, message", [
-    (["flip", "rotate"], True, "Unknown augmentation 'rotate' in data.augment; known: flip, pad_crop"),
+    (["flip", "rotate"], True, "Unknown augmentation 'rotate' in data.augment; known: flip, "
+                               "pad_crop, randaugment, random_erasing, color_jitter, mixup, cutmix"),
     (["mixup"], False, "'mixup' mixes labels, so it needs a recipe trained on one-hot labels"),
     ([{"pad_crop": {"pad": 4}}], True, "bad parameters for 'pad_crop'.*it takes padding"),
     ([{"flip": 3}], True, "cannot read {'flip': 3}"),
@@ -56,14 +68,16 @@ def test_bad_entries_are_user_errors(entries, one_hot, message):
         _augment.pipeline(entries, one_hot=one_hot)
 
 
-def test_only_training_batches_are_augmented():
-    def load(augment):
-        config = _config.resolve("densenet_cifar10", overrides=[
-            "data.source=synthetic", "data.synthetic_examples=64", "data.batch_size=16",
-            f"data.augment={augment}"], announce=lambda line: None)
-        return _data.load(config["data"], seed=0, one_hot=True)
+def load(augment, augment_on="host"):
+    config = _config.resolve("densenet_cifar10", overrides=[
+        "data.source=synthetic", "data.synthetic_examples=64", "data.batch_size=16",
+        f"data.augment={augment}", f"data.augment_on={augment_on}"], announce=lambda line: None)
+    return _data.load(config["data"], seed=0, one_hot=True)
 
+
+def test_on_the_host_only_training_batches_are_augmented():
     plain, augmented = load("[]"), load("[pad_crop,flip,cutmix]")
+    assert (plain.augment_on, augmented.augment_on) == (None, "host")
     for split in ("validation", "test", "train_plain"):
         for (x, y), (ax, ay) in zip(getattr(plain, split), getattr(augmented, split)):
             np.testing.assert_array_equal(x, ax)
@@ -71,3 +85,116 @@ def test_only_training_batches_are_augmented():
     (x, y), (ax, ay) = next(iter(plain.train)), next(iter(augmented.train))
     np.testing.assert_array_equal(y.numpy().max(axis=-1), 1.0)  # one-hot before mixing
     assert not np.array_equal(x, ax) and not np.array_equal(y, ay)
+
+
+def test_on_the_device_the_pipeline_is_untouched_and_only_fit_steps_augment():
+    plain, on_device = load("[]"), load("[pad_crop,flip,cutmix]", augment_on="device")
+    assert on_device.augment_on == "device"
+    (x, y), (dx, dy) = next(iter(plain.train)), next(iter(on_device.train))
+    np.testing.assert_array_equal(x, dx)  # tf.data leaves it to the step
+
+    calls = []
+
+    def counting_augment(images, labels):
+        calls.append(len(images))
+        return on_device.augment(images, labels)
+
+    model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(10, activation="softmax")])
+    model.compile("sgd", "categorical_crossentropy", metrics=["accuracy"], run_eagerly=True)
+    _augment.on_device(model, counting_augment)
+    model.fit(on_device.train, steps_per_epoch=3, validation_data=on_device.validation, verbose=0)
+    assert calls == [16, 16, 16]  # once per training step, not for validation
+    model.evaluate(on_device.test, verbose=0)
+    model.predict(on_device.test, verbose=0)
+    assert len(calls) == 3
+
+
+def cifar_run(tiny_config, tmp_path, *overrides, run="run"):
+    config = tiny_config("cifar10_cnn", "data.augment=[pad_crop,flip,randaugment,random_erasing]",
+                         f"run.dir={tmp_path / run}", *overrides)
+    return recipes.load("cifar10_cnn").run(config)
+
+
+@pytest.mark.parametrize("augment_on", ["host", "device"])
+def test_under_xla_the_run_records_the_real_placement_and_mode(augment_on, tiny_config, tmp_path):
+    metrics = cifar_run(tiny_config, tmp_path, "execution.mode=xla", f"data.augment_on={augment_on}")
+    assert metrics["augment_on"] == augment_on and metrics["augment_engine"] == "keras_cv"
+    assert metrics["mode_used"] == "xla"
+
+
+def test_on_the_device_under_xla_the_step_is_compiled_and_augmentation_is_not():
+    """The graph fit runs holds a jit-compiled call; keras-cv's ops sit outside it."""
+    data = load("[flip,randaugment]", augment_on="device")
+    model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(10, activation="softmax")])
+    model.compile("sgd", "categorical_crossentropy", jit_compile=True)
+    _augment.on_device(model, data.augment)
+    model.fit(data.train, steps_per_epoch=2, verbose=0)
+
+    # fit traces `model.train_step` into a plain tf.function: trace it the same way.
+    graph = tf.function(model.train_step).get_concrete_function(
+        data.train.element_spec).graph.as_graph_def()
+    functions = {f.signature.name: list(f.node_def) for f in graph.library.function}
+    functions["outer"] = list(graph.node)
+    compiled = [node.attr["f"].func.name for nodes in functions.values() for node in nodes
+                if node.attr["_XlaMustCompile"].b]
+    assert len(compiled) == 1
+
+    def op_types(name, seen=()):
+        types = set()
+        for node in functions[name]:
+            types.add(node.op)
+            for value in node.attr.values():  # called functions, and If/Case branches
+                for called in [value.func.name, *(f.name for f in value.list.func)]:
+                    if called in functions and called not in seen:
+                        types |= op_types(called, (*seen, name))
+        return types
+
+    everything = op_types("outer")
+    assert "ImageProjectiveTransformV3" in everything  # RandAugment's shears and shifts
+    assert "MatMul" in op_types(compiled[0])  # the model step is in the compiled function
+    assert "ImageProjectiveTransformV3" not in op_types(compiled[0])  # RandAugment is not
+
+
+@pytest.mark.parametrize("augment_on", ["host", "device"])
+def test_seeded_runs_repeat_exactly(augment_on, tiny_config, tmp_path):
+    def losses(run):
+        cifar_run(tiny_config, tmp_path, f"data.augment_on={augment_on}", "train.epochs=2",
+                  "execution.seed=7", run=run)
+        with (tmp_path / run / "history.csv").open() as file:
+            return [(row["loss"], row["val_loss"]) for row in csv.DictReader(file)]
+
+    assert losses("first") == losses("second")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_preview_writes_a_png(engine, tmp_path):
+    path = _preview.preview("densenet_cifar10", overrides=[
+        "data.source=synthetic", "data.synthetic_examples=32", "data.batch_size=16",
+        "data.augment=[pad_crop,flip,color_jitter,cutmix]", f"data.augment_engine={engine}",
+        f"run.dir={tmp_path}"])
+    assert path == tmp_path / "augmentation.png"
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def test_preview_without_augmentation_is_a_user_error():
+    with pytest.raises(UserError, match="mnist_mlp has no data.augment to preview"):
+        _preview.preview("mnist_mlp", overrides=["data.source=synthetic"])
+
+
+def test_augment_benchmark_writes_both_tables(tmp_path):
+    operations, training = _augment_bench.benchmark(
+        "cifar10_cnn", steps=2, batches=2, out_dir=tmp_path, overrides=[
+            "data.synthetic_examples=128", "model.filters=[4]", "model.dense_units=8"])
+
+    assert [(row["engine"], row["operation"]) for row in operations] == [
+        (engine, op) for engine in ENGINES for op in [*_augment.OPERATIONS, "pipeline"]]
+    assert all(row["host_images_per_s"] > 0 and row["device_images_per_s"] > 0
+               for row in operations)
+    assert [row["augment_on"] for row in training] == ["host", "device"]
+    assert training[0]["speedup_vs_host"] == 1.0 and training[1]["step_ms_median"] > 0
+    for name in ("operations.csv", "training.csv"):
+        with (tmp_path / name).open() as file:
+            assert len(list(csv.DictReader(file))) == len(training if "training" in name else operations)
+    assert (tmp_path / "table.md").read_text().count("| pipeline |") == len(ENGINES)

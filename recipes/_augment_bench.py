@@ -1,0 +1,110 @@
+"""`python -m recipes augment-benchmark NAME`: what augmentation costs, and where it runs faster.
+
+Two measurements, on random images of the recipe's shape and batch size:
+
+- each operation alone, and the recipe's whole `data.augment` pipeline, in
+  both engines: images/s as a tf.data map (host) and as a `tf.function` on a
+  batch already on the default device (device: the GPU when there is one);
+- the recipe's training step in graph mode with its pipeline on the host and
+  on the device, measured by `compare` (fresh process each, same steps).
+
+Keras has no augmentation benchmark, hence this module.
+"""
+
+import datetime
+import time
+from pathlib import Path
+
+import numpy as np
+
+from recipes import RUNS_DIR, UserError, _augment, _compare, _config, _data
+from recipes._tables import device_label, markdown_table, number_cell, write_csv
+
+OPERATION_COLUMNS = ["engine", "operation", "host_images_per_s", "device_images_per_s"]
+TRAINING_COLUMNS = ["augment_on", "images_per_s", "step_ms_median", "input_wait_fraction",
+                    "speedup_vs_host"]
+
+
+def benchmark(name, steps=_compare.DEFAULT_STEPS, config_files=(), overrides=(), batches=20,
+              out_dir=None):
+    """Measures recipe `name`'s augmentation; returns both tables' rows.
+
+    Writes `operations.csv`, `training.csv` and `table.md` into `out_dir`
+    (default `runs/augment-benchmark/NAME/<timestamp>`).
+    """
+    config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
+    pipeline = config["data"]["augment"]
+    if not pipeline:
+        raise UserError(f"{name} has no data.augment to benchmark; add some, e.g. "
+                        "data.augment=[pad_crop,flip].")
+    if out_dir is None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out_dir = RUNS_DIR / "augment-benchmark" / name / stamp
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    shape, classes = _data.DATASETS[config["data"]["name"]]
+    batch_size = config["data"]["batch_size"]
+    rng = np.random.default_rng(0)
+    images = rng.uniform(size=(batch_size, *shape)).astype("float32")
+    labels = np.eye(classes, dtype="float32")[rng.integers(0, classes, batch_size)]
+    print(f"augmentation alone: {batches} batches of {batch_size} per operation and engine",
+          flush=True)
+    operations = [(op, [op]) for op in _augment.OPERATIONS] + [("pipeline", pipeline)]
+    rows = []
+    for engine in _augment.ENGINES:
+        for label, entries in operations:
+            augment = _augment.pipeline(entries, one_hot=True, engine=engine)
+            row = {"engine": engine, "operation": label,
+                   "host_images_per_s": _host_rate(augment, images, labels, batches),
+                   "device_images_per_s": _device_rate(augment, images, labels, batches)}
+            rows.append(row)
+            print(f"  {engine:<9} {label:<15} host {row['host_images_per_s']:9.0f}  "
+                  f"device {row['device_images_per_s']:9.0f} images/s", flush=True)
+
+    print(f"\ntraining with {pipeline} in graph mode, host against device:", flush=True)
+    training = []
+    for placement in ("host", "device"):
+        result = _compare.compare(name, ["graph"], steps, config_files,
+                                  [*overrides, f"data.augment_on={placement}"],
+                                  out_dir / f"training_{placement}", quiet=True)
+        training.append({"augment_on": placement, **result["rows"][0]})
+    host_ms = training[0]["step_ms_median"]
+    for row in training:
+        row["speedup_vs_host"] = host_ms / row["step_ms_median"]
+
+    write_csv(out_dir / "operations.csv", OPERATION_COLUMNS, rows)
+    write_csv(out_dir / "training.csv", TRAINING_COLUMNS, training)
+    tables = (f"Augmentation alone, images/s ({name}: batch {batch_size}, {shape}):\n\n"
+              + markdown_table(OPERATION_COLUMNS, rows, number_cell)
+              + f"\n\nTraining {name} in graph mode with {pipeline} ({steps} steps, "
+              + f"on {device_label(result['device'])}):\n\n"
+              + markdown_table(TRAINING_COLUMNS, training, number_cell))
+    (out_dir / "table.md").write_text(tables + "\n")
+    print("\n" + tables + f"\n\nresults: {out_dir}/table.md, operations.csv, training.csv")
+    return rows, training
+
+
+def _host_rate(augment, images, labels, batches):
+    import tensorflow as tf
+
+    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat().map(augment)
+    iterator = iter(dataset.prefetch(tf.data.AUTOTUNE))
+    next(iterator)  # trace and warm up
+    started = time.perf_counter()
+    for _ in range(batches):
+        next(iterator)
+    return batches * len(images) / (time.perf_counter() - started)
+
+
+def _device_rate(augment, images, labels, batches):
+    import tensorflow as tf
+
+    function = tf.function(augment)
+    images, labels = tf.constant(images), tf.constant(labels)
+    function(images, labels)[0].numpy()  # trace and warm up
+    started = time.perf_counter()
+    for _ in range(batches):
+        out = function(images, labels)
+    out[0].numpy()  # waits for the queued calls
+    return batches * len(images) / (time.perf_counter() - started)
