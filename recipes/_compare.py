@@ -196,6 +196,9 @@ def plot_sizes(rows, title, path):
         if points:
             axis.plot(*zip(*points), marker="o", label=mode)
     axis.set_xscale("log")
+    sizes = sorted({row["params"] for row in rows})
+    axis.set_xticks(sizes, [f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n / 1e3:.3g}k" for n in sizes])
+    axis.xaxis.set_minor_locator(plt.NullLocator())
     axis.axhline(1.0, color="gray", linewidth=0.8)
     axis.set_xlabel("parameters")
     axis.set_ylabel("speedup over eager (step time)")
