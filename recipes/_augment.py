@@ -79,7 +79,7 @@ class _SequentialRandAugment(keras_cv.layers.RandAugment):
 
     Every image draws from one shared seed state, and tf.map_fn's parallel
     iterations would draw in a different order each run: a seeded run would
-    not repeat. Sequential costs speed (README, "Augmentation").
+    not repeat. Sequential is slower; README, "Augmentation", has its speed.
     """
 
     def _map_fn(self, func, inputs):
