@@ -56,6 +56,22 @@ def test_mixing_gives_soft_labels_that_sum_to_one(name, engine):
     assert np.any((mixed.numpy() > 0) & (mixed.numpy() < 1))  # some labels are blends
 
 
+def test_soft_labels_train_with_the_densenet_loss_and_accuracy():
+    """The DenseNet recipes' compile: cross-entropy against the whole soft
+    label, accuracy against its largest class."""
+    images, labels = batch(n=64)
+    _, soft = _augment.pipeline(["mixup"], one_hot=True, seed=3)(images, labels)
+    model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(10, activation="softmax")])
+    model.compile("sgd", keras.losses.CategoricalCrossentropy(), metrics=["accuracy"])
+    predicted = model.predict(images, verbose=0)
+    result = model.evaluate(images, soft, return_dict=True, verbose=0)
+    expected_loss = np.mean(-np.sum(soft * np.log(predicted), axis=-1))
+    expected_accuracy = np.mean(predicted.argmax(-1) == soft.numpy().argmax(-1))
+    assert result["loss"] == pytest.approx(expected_loss, rel=1e-4)
+    assert result["accuracy"] == pytest.approx(expected_accuracy)
+
+
 @pytest.mark.parametrize("entries, one_hot, message", [
     (["flip", "rotate"], True, "Unknown augmentation 'rotate' in data.augment; known: flip, "
                                "pad_crop, randaugment, random_erasing, color_jitter, mixup, cutmix"),
