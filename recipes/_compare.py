@@ -212,10 +212,6 @@ def plot_sizes(rows, title, path):
 # ---- In the worker process --------------------------------------------------
 
 
-class _Measured(Exception):
-    """Ends the recipe once its training steps are measured."""
-
-
 def train_step(model, use_function):
     """A hand-written training step on `model`'s compiled loss and optimizer.
 
@@ -266,37 +262,22 @@ def _measure(job):
                       f"train.steps_per_epoch={SPE * (1 + -(-steps // SPE))}"]
     config = _config.resolve(job["name"], job["config_files"], overrides,
                              announce=lambda line: None)
-    measured = {}
-    original_fit = keras.Model.fit
+    model, x, fit_kwargs = _runner.until_fit(job["name"], config)
+    timing = next(c for c in fit_kwargs["callbacks"] if isinstance(c, Timing))
+    total = config["train"]["steps_per_epoch"]
+    if mode.startswith("loop_"):
+        step = train_step(model, use_function=mode == "loop_function")
+        timing.set_model(model)
+        timing.on_epoch_begin(0)
+        batches = iter(x)
+        for index in range(total):
+            timing.on_train_batch_begin(index)
+            loss = step(batches)
+            timing.on_train_batch_end(index, {"loss": loss})
+        timing.on_epoch_end(0)
+    else:
+        model.fit(x, epochs=1, steps_per_epoch=total, callbacks=[timing], verbose=0)
 
-    def measured_fit(model, x, **kwargs):
-        timing = next(c for c in kwargs["callbacks"] if isinstance(c, Timing))
-        total = config["train"]["steps_per_epoch"]
-        if mode.startswith("loop_"):
-            step = train_step(model, use_function=mode == "loop_function")
-            timing.set_model(model)
-            timing.on_epoch_begin(0)
-            batches = iter(x)
-            for index in range(total):
-                timing.on_train_batch_begin(index)
-                loss = step(batches)
-                timing.on_train_batch_end(index, {"loss": loss})
-            timing.on_epoch_end(0)
-        else:
-            original_fit(model, x, epochs=1, steps_per_epoch=total, callbacks=[timing],
-                         verbose=0)
-        measured.update(model=model, timing=timing)
-        raise _Measured
-
-    keras.Model.fit = measured_fit
-    try:
-        recipes.load(job["name"]).run(config)
-    except _Measured:
-        pass
-    finally:
-        keras.Model.fit = original_fit
-
-    model, timing = measured["model"], measured["timing"]
     # graph_spe times whole executions: its first one holds SPE steps.
     first_steps = SPE if mode == "graph_spe" else 1
     summary = timing.summary(warmup_steps=0 if mode == "graph_spe" else WARMUP_STEPS)

@@ -38,6 +38,36 @@ def prepare(config):
     keras.mixed_precision.set_global_policy(config["execution"]["precision"])
 
 
+class _FitReached(Exception):
+    """Stops a recipe at its `fit` call (`until_fit`)."""
+
+
+def until_fit(name, config):
+    """Runs recipe `name` with `config` up to its `model.fit` call, and stops there.
+
+    Returns `(model, x, fit_kwargs)`: the compiled, untrained model, its
+    training data and the rest of the call, for `compare` and `graph` to use
+    as they need. Keras has no hook between compile and fit, so
+    `keras.Model.fit` is swapped out for that call.
+    """
+    import recipes
+
+    reached = {}
+
+    def stop_at_fit(model, x, **kwargs):
+        reached.update(model=model, x=x, kwargs=kwargs)
+        raise _FitReached
+
+    original_fit, keras.Model.fit = keras.Model.fit, stop_at_fit
+    try:
+        recipes.load(name).run(config)
+    except _FitReached:
+        pass
+    finally:
+        keras.Model.fit = original_fit
+    return reached["model"], reached["x"], reached["kwargs"]
+
+
 def start_run(config):
     """Creates (or, to resume, reuses) the directory of a run of
     `config["recipe"]`, writes the resolved `config.yaml` into it and returns it.
