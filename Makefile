@@ -16,7 +16,7 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe sweep compare compare-sizes benchmark preview benchmark-augment test tensorboard clean
+.PHONY: help setup list show recipe sweep compare compare-sizes benchmark preview benchmark-augment graph test tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
@@ -26,6 +26,7 @@ help:
 	@echo "make benchmark                                     fit's overhead and input wait, per recipe module"
 	@echo "make preview NAME=<recipe> [ARGS=...]              PNG of training images before/after augmentation"
 	@echo "make benchmark-augment [NAME=<recipe>]             augmentation images/s; training on host vs device"
+	@echo "make graph NAME=<recipe> [ARGS=...]                training-step graph for TensorBoard, no training"
 	@echo "make show NAME=<recipe> [ARGS=...]                 print its resolved config"
 	@echo "make list                                          every recipe"
 	@echo "make test                                          the offline test suite"
@@ -78,6 +79,10 @@ preview: $(INSTALLED)
 # pipeline on host and on device. Not a test: it reports.
 benchmark-augment: $(INSTALLED)
 	@$(PY) -m recipes augment-benchmark $(or $(NAME),densenet_cifar100_modern) steps=$(BENCHMARK_STEPS) $(ARGS)
+
+graph: $(INSTALLED)
+	@test -n "$(NAME)" || { echo "usage: make graph NAME=<recipe> [ARGS=\"execution.mode=xla\"]"; exit 2; }
+	@$(PY) -m recipes graph $(NAME) $(ARGS)
 
 test: $(INSTALLED)
 	$(PY) -m pytest -q tests

@@ -1,6 +1,7 @@
 """Keras callbacks this repository adds to what `keras.callbacks` provides."""
 
 from callbacks.execution_mode_check import ExecutionModeCheck
+from callbacks.graph_writer import GraphWriter
 from callbacks.timing import Timing
 
-__all__ = ["ExecutionModeCheck", "Timing"]
+__all__ = ["ExecutionModeCheck", "GraphWriter", "Timing"]

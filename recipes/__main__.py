@@ -1,5 +1,5 @@
 """Command line: `python -m recipes list | show | run | sweep | compare | compare-sizes |
-preview | augment-benchmark`; `python -m recipes -h` says what each does."""
+preview | augment-benchmark | graph`; `python -m recipes -h` says what each does."""
 
 import argparse
 import os
@@ -7,7 +7,7 @@ import signal
 import sys
 
 import recipes
-from recipes import UserError, _augment_bench, _compare, _config, _preview, _sweep
+from recipes import UserError, _augment_bench, _compare, _config, _graph, _preview, _sweep
 
 # TensorFlow's C++ start-up notices are noise to a reader of a training log.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -29,6 +29,8 @@ def main(argv=None):
                                                  "sizes (options size=KEY=[...], modes=, steps=)"),
                                ("preview", "write a PNG of training images before and after "
                                            "data.augment"),
+                               ("graph", "write the training step's graph for TensorBoard, "
+                                         "and AutoGraph's code, without training"),
                                ("augment-benchmark", "time each augmentation, and training with "
                                                      "it on host and device (option steps=N)")):
         sub = commands.add_parser(command, help=help_text)
@@ -77,6 +79,9 @@ def main(argv=None):
         options, overrides = _compare.split_options(args.overrides, {"steps"})
         steps = _compare.parse_steps(options.get("steps", str(_compare.DEFAULT_STEPS)))
         _augment_bench.benchmark(args.name, steps, args.config, overrides)
+        return 0
+    if args.command == "graph":
+        _graph.write_graph(args.name, args.config, args.overrides)
         return 0
     if args.command == "preview":
         _preview.preview(args.name, args.config, args.overrides)

@@ -48,6 +48,8 @@ DEFAULTS = {
         "tensorboard": True,
         "checkpoint": True,
         "monitor": "val_accuracy",  # what decides the best checkpoint
+        "graph": False,  # write the training step's graph to TensorBoard (graph and xla modes)
+        "profile": None,  # START,END: profile those training steps for TensorBoard's Profile tab
     },
     "run": {
         "dir": None,  # None: runs/NAME/<timestamp>
@@ -63,6 +65,7 @@ TYPES = {
     "data.path": str,
     "train.steps_per_epoch": int,
     "run.dir": str,
+    "callbacks.profile": (str, int, list),
     "run.verbose": (str, int),
     # DenseNet fields that default to their variant's value (None).
     "model.depth": int,

@@ -16,7 +16,7 @@ import keras
 import tensorflow as tf
 import yaml
 
-from callbacks import ExecutionModeCheck
+from callbacks import ExecutionModeCheck, GraphWriter
 from recipes import RUNS_DIR, UserError
 from recipes._config import dump
 
@@ -156,8 +156,19 @@ def standard_callbacks(config, run_dir):
         # same run directory trains again: a kill loses one epoch at most.
         keras.callbacks.BackupAndRestore(run_dir / "backup"),
     ]
+    if chosen["graph"]:
+        callbacks.append(GraphWriter(run_dir / "tensorboard" / "train"))
+    if chosen["profile"] is not None and not chosen["tensorboard"]:
+        raise UserError("callbacks.profile writes into the TensorBoard logs: "
+                        "it needs callbacks.tensorboard=true.")
     if chosen["tensorboard"]:
-        callbacks.append(keras.callbacks.TensorBoard(run_dir / "tensorboard"))
+        try:
+            callbacks.append(keras.callbacks.TensorBoard(
+                run_dir / "tensorboard", profile_batch=chosen["profile"] or 0))
+        except ValueError:
+            raise UserError("callbacks.profile takes the first and last training step to "
+                            f"profile, e.g. callbacks.profile=5,8; got {chosen['profile']!r}."
+                            ) from None
     if chosen["checkpoint"]:
         checkpoints = run_dir / "checkpoints"
         callbacks += [

@@ -1,0 +1,51 @@
+"""`python -m recipes graph NAME`: the graph of one training step, without training.
+
+Builds the recipe up to its `fit` call, traces `fit`'s training step
+(`model.train_step`, as `fit` compiles it) on the training data's shapes and
+writes it for TensorBoard's Graphs tab. It also writes the Python code
+AutoGraph generates from the hand-written training step of `compare`'s loop
+modes (`recipes/_compare.py:train_step`), which shows how Python control flow
+becomes graph ops.
+"""
+
+import datetime
+from pathlib import Path
+
+from recipes import RUNS_DIR, UserError, _compare, _config, _runner
+
+
+def write_graph(name, config_files=(), overrides=()):
+    """Writes recipe `name`'s training-step graph; returns the output directory."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_dir = RUNS_DIR / "graph" / name / stamp
+    # Random images unless asked otherwise: the graph depends on shapes only.
+    config = _config.resolve(name, config_files, [
+        "data.source=synthetic", *overrides, f"run.dir={out_dir}", "run.verbose=0",
+        "callbacks.tensorboard=false", "callbacks.checkpoint=false", "callbacks.graph=false",
+    ], announce=lambda line: None)
+    if config["execution"]["mode"] == "eager":
+        raise UserError("execution.mode=eager builds no graph: the step runs op by op. "
+                        "Use execution.mode=graph or xla.")
+    import tensorflow as tf
+
+    model, x, _ = _runner.until_fit(name, config)
+    out_dir = Path(config["run"]["dir"])
+    step = tf.function(model.train_step, jit_compile=model.jit_compile)
+    graph = step.get_concrete_function(x.element_spec).graph
+    log_dir = out_dir / "tensorboard" / "train"
+    writer = tf.summary.create_file_writer(str(log_dir))
+    with writer.as_default():
+        tf.summary.graph(graph)
+    writer.close()
+
+    code_path = out_dir / "autograph" / "train_step.py"
+    code_path.parent.mkdir(parents=True, exist_ok=True)
+    hand_written = _compare.train_step(model, use_function=False)
+    code_path.write_text(
+        "# What AutoGraph makes of recipes/_compare.py:train_step's `step` "
+        "(tf.autograph.to_code).\n" + tf.autograph.to_code(hand_written))
+    print(f"graph of {name}'s training step ({config['execution']['mode']} mode, "
+          f"{len(graph.get_operations())} ops): {log_dir}\n"
+          f"  open it: tensorboard --logdir {out_dir / 'tensorboard'}  (Graphs tab)\n"
+          f"AutoGraph's code for the hand-written step: {code_path}")
+    return out_dir

@@ -1,0 +1,101 @@
+"""TensorBoard: graphs, scalars and profiles, read back with TensorBoard's own event reader."""
+
+import csv
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorflow.core.protobuf import config_pb2
+from xprof.convert import raw_to_tool_data
+
+import recipes
+from recipes import UserError, _graph, _runner
+
+
+def events(log_dir):
+    accumulator = EventAccumulator(str(log_dir), size_guidance={"tensors": 0})
+    accumulator.Reload()
+    return accumulator
+
+
+def op_types(graph_def):
+    return ({node.op for node in graph_def.node}
+            | {node.op for function in graph_def.library.function for node in function.node_def})
+
+
+def train(tiny_config, *overrides):
+    config = tiny_config("mnist_mlp", "train.steps_per_epoch=4", *overrides)
+    recipes.load("mnist_mlp").run(config)
+    return Path(config["run"]["dir"])
+
+
+@pytest.mark.parametrize("mode", ["graph", "xla"])
+def test_the_training_step_graph_is_written(mode, tiny_config, capsys):
+    logs = train(tiny_config, f"execution.mode={mode}", "callbacks.graph=true") / "tensorboard"
+    written = events(logs / "train")
+    assert written.SummaryMetadata("train_step").plugin_data.plugin_name == "graph_run_metadata_graph"
+    run = config_pb2.RunMetadata.FromString(written.Tensors("train_step")[0].tensor_proto.string_val[0])
+    assert any("MatMul" in op_types(graph.pre_optimization_graph) for graph in run.function_graphs)
+    assert "(TensorBoard, Graphs tab)" in capsys.readouterr().out
+
+
+def test_an_eager_run_says_why_there_is_no_graph(tiny_config, capsys):
+    logs = train(tiny_config, "execution.mode=eager", "callbacks.graph=true") / "tensorboard"
+    assert "no graph in eager mode" in capsys.readouterr().out
+    assert "train_step" not in events(logs / "train").Tags()["tensors"]
+
+
+def test_the_epoch_scalars_are_written(tiny_config):
+    run_dir = train(tiny_config, "train.epochs=2")
+    train_events, validation = (events(run_dir / "tensorboard" / split)
+                                for split in ("train", "validation"))
+    assert {"epoch_loss", "epoch_accuracy", "epoch_learning_rate", "epoch_time_step_ms",
+            "epoch_time_input_wait_fraction"} <= set(train_events.Tags()["tensors"])
+    assert {"epoch_loss", "epoch_accuracy"} <= set(validation.Tags()["tensors"])
+    with (run_dir / "history.csv").open() as file:
+        history = list(csv.DictReader(file))
+    for split, prefix in ((train_events, ""), (validation, "val_")):
+        logged = [tf.make_ndarray(event.tensor_proto) for event in split.Tensors("epoch_loss")]
+        assert logged == pytest.approx([float(row[prefix + "loss"]) for row in history], rel=1e-5)
+
+
+def test_a_profile_trace_is_written(tiny_config):
+    logs = train(tiny_config, "callbacks.profile=2,3") / "tensorboard"
+    traces = list((logs / "train" / "plugins" / "profile").glob("*/*.xplane.pb"))
+    assert len(traces) == 1
+    # What the Profile tab's per-op table reads from it (xprof, its backend).
+    op_stats, _ = raw_to_tool_data.xspace_to_tool_data(traces, "framework_op_stats", {})
+    assert b'"MatMul"' in op_stats
+
+
+@pytest.mark.parametrize("value, message", [
+    ("x,y", "callbacks.profile takes the first and last training step"),
+    ("[3,2]", "callbacks.profile takes the first and last training step"),
+    ("[1,2,3]", "callbacks.profile takes the first and last training step"),
+])
+def test_bad_profile_ranges_are_user_errors(value, message, tiny_config, tmp_path):
+    with pytest.raises(UserError, match=message):
+        _runner.standard_callbacks(tiny_config("mnist_mlp", f"callbacks.profile={value}"), tmp_path)
+
+
+def test_profiling_needs_tensorboard(tiny_config, tmp_path):
+    config = tiny_config("mnist_mlp", "callbacks.profile=2,3", "callbacks.tensorboard=false")
+    with pytest.raises(UserError, match="it needs callbacks.tensorboard=true"):
+        _runner.standard_callbacks(config, tmp_path)
+
+
+def test_the_graph_command_writes_the_step_without_training(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # runs/ is relative to where the command runs
+    out_dir = _graph.write_graph("mnist_mlp", overrides=[
+        "model.hidden_units=[16]", "data.synthetic_examples=64", "data.batch_size=16"])
+    assert "MatMul" in op_types(events(out_dir / "tensorboard" / "train").Graph())
+    code = (out_dir / "autograph" / "train_step.py").read_text()
+    assert "def tf__step(batches):" in code and "ag__.if_stmt(" in code
+    assert not list(out_dir.glob("**/*.keras")) and not (out_dir / "history.csv").exists()
+    assert "(Graphs tab)" in capsys.readouterr().out
+
+
+def test_the_graph_command_refuses_eager_mode():
+    with pytest.raises(UserError, match="execution.mode=eager builds no graph"):
+        _graph.write_graph("mnist_mlp", overrides=["execution.mode=eager"])
