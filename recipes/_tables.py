@@ -32,4 +32,6 @@ def number_cell(value):
 
 def device_label(device):
     """The GPUs of a `device_info()` dict, or its CPU when there are none."""
-    return ", ".join(device["gpus"]) or f"{device['cpu']} ({device['cpu_cores']} cores)"
+    features = ", ".join(device.get("cpu_features", [])[-1:])  # the newest is enough
+    return ", ".join(device["gpus"]) or (
+        f"{device['cpu']} ({device['cpu_cores']} cores{', ' + features if features else ''})")

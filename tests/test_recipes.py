@@ -69,7 +69,7 @@ def test_metrics_json_contract(tiny_config, tmp_path):
     assert len(timing["epoch_s"]) == 1
     assert set(metrics["versions"]) == {"tensorflow", "keras", "keras-cv"}
     assert metrics["versions"]["tensorflow"].startswith("2.21")
-    assert {"gpus", "cpu", "cpu_cores"} <= set(metrics["device"])
+    assert {"gpus", "cpu", "cpu_cores", "cpu_features"} <= set(metrics["device"])
 
 
 @pytest.mark.parametrize("name", recipes.names())
