@@ -63,12 +63,14 @@ compare compare-sizes: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make $@ NAME=<recipe> [ARGS=\"modes=eager,graph steps=30 key=value ...\"]"; exit 2; }
 	@$(PY) -m recipes $@ $(NAME) $(ARGS)
 
-# Performance bars: fit (graph) against the hand-written tf.function step, and
-# input wait, on every recipe module's default model. Not a test: it reports.
+# Performance bars: fit (graph) against the hand-written tf.function step and
+# against itself on an always-ready input (graph_ready), and with
+# steps_per_execution (graph_spe), on every recipe module's default model.
+# Not a test: it reports.
 BENCHMARK_STEPS ?= 30
 benchmark: $(INSTALLED)
 	@for name in mnist_mlp cifar10_cnn densenet_cifar100; do \
-	  $(PY) -m recipes compare $$name modes=graph,loop_function steps=$(BENCHMARK_STEPS) $(ARGS) || exit $$?; \
+	  $(PY) -m recipes compare $$name modes=graph,graph_ready,graph_spe,loop_function steps=$(BENCHMARK_STEPS) $(ARGS) || exit $$?; \
 	done
 
 preview: $(INSTALLED)

@@ -64,7 +64,7 @@ def main(argv=None):
         return 0
     if args.command in ("compare", "compare-sizes"):
         options, overrides = _compare.split_options(args.overrides, {"modes", "steps", "size"})
-        modes = _compare.parse_modes(options.get("modes", ",".join(_compare.MODES)))
+        modes = _compare.parse_modes(options.get("modes", ",".join(_compare.DEFAULT_MODES)))
         steps = _compare.parse_steps(options.get("steps", str(_compare.DEFAULT_STEPS)))
         if args.command == "compare":
             if "size" in options:

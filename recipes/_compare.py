@@ -10,7 +10,11 @@ setup on the same input stream:
 - `eager`, `graph`, `xla`: Keras' own `fit` in that execution mode;
 - `graph_spe`: `fit` in graph mode with `steps_per_execution` > 1;
 - `loop_eager`, `loop_function`: a hand-written `GradientTape` step, without
-  and with `tf.function`: the low-level reference that shows what `fit` adds.
+  and with `tf.function`: the low-level reference that shows what `fit` adds;
+- `graph_ready` (asked for by name): `fit` in graph mode on one batch repeated,
+  an input that is always ready. Its step time is the step without the input
+  pipeline, and its input wait is the floor of that measurement (Keras'
+  dispatch before the step asks for its batch).
 
 The first step (tracing or compiling) and `WARMUP_STEPS` more are left out of
 the steady-state figures. Keras counts neither FLOPs nor a device's
@@ -31,7 +35,8 @@ import recipes
 from recipes import RUNS_DIR, UserError, _config
 from recipes._tables import device_label, markdown_table, number_cell, write_csv
 
-MODES = ["eager", "graph", "xla", "graph_spe", "loop_eager", "loop_function"]
+DEFAULT_MODES = ["eager", "graph", "xla", "graph_spe", "loop_eager", "loop_function"]
+MODES = [*DEFAULT_MODES, "graph_ready"]
 DEFAULT_STEPS = 30
 WARMUP_STEPS = 3
 SPE = 10  # steps per execution in graph_spe
@@ -74,7 +79,7 @@ def parse_steps(text):
     return int(text)
 
 
-def compare(name, modes=MODES, steps=DEFAULT_STEPS, config_files=(), overrides=(),
+def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), overrides=(),
             out_dir=None, quiet=False):
     """Measures `modes` on recipe `name`, one process each; returns the rows.
 
@@ -131,7 +136,7 @@ def compare(name, modes=MODES, steps=DEFAULT_STEPS, config_files=(), overrides=(
     return results
 
 
-def compare_sizes(name, size_key=None, size_values=None, modes=MODES, steps=DEFAULT_STEPS,
+def compare_sizes(name, size_key=None, size_values=None, modes=DEFAULT_MODES, steps=DEFAULT_STEPS,
                   config_files=(), overrides=(), out_dir=None):
     """Runs `compare` at each model size; writes a CSV and a speedup-vs-parameters plot."""
     if size_key is None:
@@ -264,6 +269,8 @@ def _measure(job):
                              announce=lambda line: None)
     model, x, fit_kwargs = _runner.until_fit(job["name"], config)
     timing = next(c for c in fit_kwargs["callbacks"] if isinstance(c, Timing))
+    if mode == "graph_ready":
+        x = timing.instrument(tf.data.Dataset.from_tensors(next(iter(x))).repeat())
     total = config["train"]["steps_per_epoch"]
     if mode.startswith("loop_"):
         step = train_step(model, use_function=mode == "loop_function")

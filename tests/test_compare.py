@@ -31,7 +31,8 @@ def test_compare_writes_one_row_per_mode(tmp_path):
     rows = {row["mode"]: row for row in results["rows"]}
     assert rows["eager"]["speedup_vs_eager"] == 1.0 == rows["loop_function"]["step_vs_loop_function"]
     assert rows["graph_spe"]["input_wait_fraction"] is None
-    assert rows["graph"]["mode_used"] == "graph" and rows["xla"]["mode_used"] == "xla"
+    assert rows["graph"]["mode_used"] == "graph" == rows["graph_ready"]["mode_used"]
+    assert rows["xla"]["mode_used"] == "xla"
     with (tmp_path / "results.csv").open() as file:
         assert [row["mode"] for row in csv.DictReader(file)] == modes
     assert (tmp_path / "table.md").read_text().count("\n") == 2 + len(modes)
