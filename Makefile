@@ -21,7 +21,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 1
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
 	@echo "make sweep NAME=<recipe> GRID=\"k=[a,b] ...\" [ARGS=...] every combination, with a results table"
-	@echo "make compare NAME=<recipe> [ARGS=\"modes=... steps=N ...\"] time each execution mode"
+	@echo "make compare NAME=<recipe> [ARGS=\"modes=... steps=N repeats=N\"] time each execution mode"
 	@echo "make compare-sizes NAME=<recipe> [ARGS=...]        the same at four model sizes, with a plot"
 	@echo "make benchmark                                     fit's overhead and input wait, per recipe module"
 	@echo "make preview NAME=<recipe> [ARGS=...]              PNG of training images before/after augmentation"
@@ -67,10 +67,13 @@ compare compare-sizes: $(INSTALLED)
 # against itself on an always-ready input (graph_ready), and with
 # steps_per_execution (graph_spe), on every recipe module's default model.
 # Not a test: it reports.
+# Three turns per mode, so that a slow spell of a shared machine hits all modes.
 BENCHMARK_STEPS ?= 30
+BENCHMARK_REPEATS ?= 3
 benchmark: $(INSTALLED)
 	@for name in mnist_mlp cifar10_cnn densenet_cifar100; do \
-	  $(PY) -m recipes compare $$name modes=graph,graph_ready,graph_spe,loop_function steps=$(BENCHMARK_STEPS) $(ARGS) || exit $$?; \
+	  $(PY) -m recipes compare $$name modes=graph,graph_ready,graph_spe,loop_function \
+	    steps=$(BENCHMARK_STEPS) repeats=$(BENCHMARK_REPEATS) $(ARGS) || exit $$?; \
 	done
 
 preview: $(INSTALLED)

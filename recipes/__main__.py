@@ -24,9 +24,9 @@ def main(argv=None):
                                ("sweep", "train every combination of --grid values; "
                                          "write a results table"),
                                ("compare", "time the training step in each execution mode "
-                                           "(options modes=..., steps=N)"),
+                                           "(options modes=..., steps=N, repeats=N)"),
                                ("compare-sizes", "compare the modes at four or more model "
-                                                 "sizes (options size=KEY=[...], modes=, steps=)"),
+                                                 "sizes (options size=KEY=[...], modes=, steps=, repeats=)"),
                                ("preview", "write a PNG of training images before and after "
                                            "data.augment"),
                                ("graph", "write the training step's graph for TensorBoard, "
@@ -63,21 +63,24 @@ def main(argv=None):
         _sweep.sweep(args.name, args.grid, args.config, args.overrides, args.dir)
         return 0
     if args.command in ("compare", "compare-sizes"):
-        options, overrides = _compare.split_options(args.overrides, {"modes", "steps", "size"})
+        options, overrides = _compare.split_options(args.overrides,
+                                                    {"modes", "steps", "repeats", "size"})
         modes = _compare.parse_modes(options.get("modes", ",".join(_compare.DEFAULT_MODES)))
-        steps = _compare.parse_steps(options.get("steps", str(_compare.DEFAULT_STEPS)))
+        steps = _compare.parse_count("steps", options.get("steps", str(_compare.DEFAULT_STEPS)), 2)
+        repeats = _compare.parse_count("repeats", options.get("repeats", "1"), 1)
         if args.command == "compare":
             if "size" in options:
                 parser.error("size= belongs to compare-sizes")
-            _compare.compare(args.name, modes, steps, args.config, overrides)
+            _compare.compare(args.name, modes, steps, args.config, overrides, repeats=repeats)
         else:
             key, values = (_sweep.parse_grid(options["size"], "size=") if "size" in options
                            else (None, None))
-            _compare.compare_sizes(args.name, key, values, modes, steps, args.config, overrides)
+            _compare.compare_sizes(args.name, key, values, modes, steps, args.config, overrides,
+                                   repeats=repeats)
         return 0
     if args.command == "augment-benchmark":
         options, overrides = _compare.split_options(args.overrides, {"steps"})
-        steps = _compare.parse_steps(options.get("steps", str(_compare.DEFAULT_STEPS)))
+        steps = _compare.parse_count("steps", options.get("steps", str(_compare.DEFAULT_STEPS)), 2)
         _augment_bench.benchmark(args.name, steps, args.config, overrides)
         return 0
     if args.command == "graph":

@@ -73,15 +73,20 @@ def parse_modes(text):
     return modes
 
 
-def parse_steps(text):
-    if not text.isdigit() or int(text) < 2:
-        raise UserError(f"steps= expects an integer of at least 2, got '{text}'.")
+def parse_count(option, text, minimum):
+    """`option=text` as an integer of at least `minimum`, or a UserError."""
+    if not text.isdigit() or int(text) < minimum:
+        raise UserError(f"{option}= expects an integer of at least {minimum}, got '{text}'.")
     return int(text)
 
 
 def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), overrides=(),
-            out_dir=None, quiet=False):
+            out_dir=None, quiet=False, repeats=1):
     """Measures `modes` on recipe `name`, one process each; returns the rows.
+
+    With `repeats` > 1, every mode runs that many times, in turns, so that a
+    slow spell of a shared machine does not land on one mode alone; each
+    mode's row is its run of median step time, and `step_ms_runs` lists all.
 
     Writes `results.json`, `results.csv`, `table.md` and `speedup.png` into
     `out_dir` (default `runs/compare/NAME/<timestamp>`).
@@ -96,25 +101,35 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"comparing {', '.join(modes)} on {name}, {steps} steady steps each, "
-          f"one process per mode; results in {out_dir}", flush=True)
+          f"one process per mode{f', {repeats} times in turns' if repeats > 1 else ''}; "
+          f"results in {out_dir}", flush=True)
 
-    rows = []
-    for number, mode in enumerate(modes, 1):
+    runs = {mode: [] for mode in modes}
+    jobs = [(turn, mode) for turn in range(repeats) for mode in modes]
+    for number, (turn, mode) in enumerate(jobs, 1):
+        label = mode if turn == 0 else f"{mode}-{turn + 1}"
         job = {"name": name, "mode": mode, "steps": steps, "config_files": list(map(str, config_files)),
-               "overrides": list(overrides), "out": str(out_dir / "modes" / f"{mode}.json"),
-               "run_dir": str(out_dir / "modes" / mode)}
+               "overrides": list(overrides), "out": str(out_dir / "modes" / f"{label}.json"),
+               "run_dir": str(out_dir / "modes" / label)}
         result = subprocess.run([sys.executable, "-m", "recipes._compare", json.dumps(job)],
                                 capture_output=True, text=True)
         if result.returncode != 0:
             raise UserError(f"Mode {mode} failed (exit {result.returncode}):\n"
                             + result.stderr[-3000:])
         measured = json.loads(Path(job["out"]).read_text())
-        rows.append(measured["row"])
+        runs[mode].append(measured["row"])
         context = {key: measured[key] for key in ("device", "versions", "config")}
         if not quiet:
             row = measured["row"]
-            print(f"[{number}/{len(modes)}] {mode:<13} {row['step_ms_median']:9.2f} ms/step "
+            print(f"[{number}/{len(jobs)}] {label:<15} {row['step_ms_median']:9.2f} ms/step "
                   f"{row['images_per_s']:10.0f} images/s  trace {row['trace_s']:.2f} s", flush=True)
+
+    rows = []
+    for mode, measured_runs in runs.items():
+        by_time = sorted(measured_runs, key=lambda row: row["step_ms_median"])
+        row = by_time[(len(by_time) - 1) // 2]
+        row["step_ms_runs"] = [run["step_ms_median"] for run in measured_runs]
+        rows.append(row)
 
     def median_of(mode):
         return next((row["step_ms_median"] for row in rows if row["mode"] == mode), None)
@@ -124,7 +139,7 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
         row["speedup_vs_eager"] = eager / row["step_ms_median"] if eager else None
         # The framework's overhead over the hand-written graph step; 1.0 is none.
         row["step_vs_loop_function"] = row["step_ms_median"] / loop if loop else None
-    results = {"recipe": name, "steps": steps, "warmup_steps": WARMUP_STEPS,
+    results = {"recipe": name, "steps": steps, "warmup_steps": WARMUP_STEPS, "repeats": repeats,
                "params": measured["params"], "rows": rows, **context}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_csv(out_dir / "results.csv", COLUMNS, rows)
@@ -137,7 +152,7 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
 
 
 def compare_sizes(name, size_key=None, size_values=None, modes=DEFAULT_MODES, steps=DEFAULT_STEPS,
-                  config_files=(), overrides=(), out_dir=None):
+                  config_files=(), overrides=(), out_dir=None, repeats=1):
     """Runs `compare` at each model size; writes a CSV and a speedup-vs-parameters plot."""
     if size_key is None:
         module = recipes.module_of(name)
@@ -154,7 +169,7 @@ def compare_sizes(name, size_key=None, size_values=None, modes=DEFAULT_MODES, st
         print(f"\n== size {number}/{len(size_values)}: {size_key}={json.dumps(value)}", flush=True)
         results = compare(name, modes, steps, config_files,
                           [*overrides, f"{size_key}={json.dumps(value)}"],
-                          out_dir / f"size{number}", quiet=True)
+                          out_dir / f"size{number}", quiet=True, repeats=repeats)
         for row in results["rows"]:
             rows.append({"size": json.dumps(value), "params": results["params"], **row})
             print(f"  {row['mode']:<13} {row['step_ms_median']:9.2f} ms/step  "
