@@ -249,7 +249,7 @@ def _version(package):
 
 
 # CPU features that decide TensorFlow's kernels: with AVX-512 VNNI, BF16 or
-# AMX it runs oneDNN's (_Mkl*) instead of Eigen's, often several times faster.
+# AMX it runs oneDNN's (_Mkl*) instead of Eigen's.
 CPU_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
 
 

@@ -32,6 +32,8 @@ def number_cell(value):
 
 def device_label(device):
     """The GPUs of a `device_info()` dict, or its CPU when there are none."""
-    features = ", ".join(device.get("cpu_features", [])[-1:])  # the newest is enough
-    return ", ".join(device["gpus"]) or (
-        f"{device['cpu']} ({device['cpu_cores']} cores{', ' + features if features else ''})")
+    if device["gpus"]:
+        return ", ".join(device["gpus"])
+    features = device.get("cpu_features") or []
+    newest = f", {features[-1]}" if features else ""  # enough to tell machines apart
+    return f"{device['cpu']} ({device['cpu_cores']} cores{newest})"
