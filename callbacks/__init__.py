@@ -1,7 +1,7 @@
 """Keras callbacks this repository adds to what `keras.callbacks` provides."""
 
-from callbacks.execution_mode_check import ExecutionModeCheck
+from callbacks.execution_mode_check import ExecutionModeCheck, execution_mode
 from callbacks.graph_writer import GraphWriter
 from callbacks.timing import Timing
 
-__all__ = ["ExecutionModeCheck", "GraphWriter", "Timing"]
+__all__ = ["ExecutionModeCheck", "GraphWriter", "Timing", "execution_mode"]

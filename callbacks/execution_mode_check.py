@@ -4,7 +4,21 @@ import sys
 
 import keras
 
+from models.augmented import AugmentedModel
+
 MODES = ("eager", "graph", "xla")
+
+
+def execution_mode(model):
+    """Returns the mode a compiled `model` trains in: eager, graph or xla.
+
+    An `AugmentedModel` compiles its network's step apart from `fit`'s own
+    function, and says so in `step_jit_compile`.
+    """
+    if model.run_eagerly:
+        return "eager"
+    compiled = model.step_jit_compile if isinstance(model, AugmentedModel) else model.jit_compile
+    return "xla" if compiled else "graph"
 
 
 class ExecutionModeCheck(keras.callbacks.Callback):
@@ -34,17 +48,8 @@ class ExecutionModeCheck(keras.callbacks.Callback):
         self.requested = requested
         self.mode_used = None
 
-    @staticmethod
-    def mode_of(model):
-        """Returns the mode a compiled `model` trains in."""
-        if model.run_eagerly:
-            return "eager"
-        # A step wrapped by recipes._augment.on_device compiles itself.
-        step_compiled = getattr(model.train_step, "jit_compile", False)
-        return "xla" if model.jit_compile or step_compiled else "graph"
-
     def on_train_begin(self, logs=None):
-        self.mode_used = self.mode_of(self.model)
+        self.mode_used = execution_mode(self.model)
         if self.mode_used != self.requested:
             print(
                 f"\n*** WARNING: execution.mode={self.requested} was requested "

@@ -1,7 +1,13 @@
-"""Model builders: arguments in, an uncompiled `keras.Model` out."""
+"""Model builders: arguments in, an uncompiled `keras.Model` out.
 
-from models.mlp import mlp
+Importing this package registers the custom layers and `AugmentedModel`, so
+that a saved `.keras` file loads again.
+"""
+
+from models.augmented import AugmentedModel, network_of
 from models.densenet import densenet, densenet_variant
+from models.mlp import mlp
 from models.simple_cnn import simple_cnn
 
-__all__ = ["densenet", "densenet_variant", "mlp", "simple_cnn"]
+__all__ = ["AugmentedModel", "densenet", "densenet_variant", "mlp", "network_of",
+           "simple_cnn"]

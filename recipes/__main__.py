@@ -1,5 +1,9 @@
 """Command line: `python -m recipes list | show | run | sweep | compare | compare-sizes |
-preview | augment-benchmark | graph`; `python -m recipes -h` says what each does."""
+preview | augment-benchmark | graph`; `python -m recipes -h` says what each does.
+
+Each command imports what it needs when it runs: `list` and `show` answer
+without importing TensorFlow.
+"""
 
 import argparse
 import os
@@ -7,7 +11,7 @@ import signal
 import sys
 
 import recipes
-from recipes import UserError, _augment_bench, _compare, _config, _graph, _preview, _sweep
+from recipes import UserError, _config
 
 # TensorFlow's C++ start-up notices are noise to a reader of a training log.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -60,8 +64,12 @@ def main(argv=None):
         return 0
 
     if args.command == "sweep":
+        from recipes import _sweep
+
         _sweep.sweep(args.name, args.grid, args.config, args.overrides, args.dir)
         return 0
+    if args.command in ("compare", "compare-sizes", "augment-benchmark"):
+        from recipes import _compare
     if args.command in ("compare", "compare-sizes"):
         options, overrides = _compare.split_options(args.overrides,
                                                     {"modes", "steps", "repeats", "size"})
@@ -73,20 +81,28 @@ def main(argv=None):
                 parser.error("size= belongs to compare-sizes")
             _compare.compare(args.name, modes, steps, args.config, overrides, repeats=repeats)
         else:
-            key, values = (_sweep.parse_grid(options["size"], "size=") if "size" in options
+            from recipes._sweep import parse_grid
+
+            key, values = (parse_grid(options["size"], "size=") if "size" in options
                            else (None, None))
             _compare.compare_sizes(args.name, key, values, modes, steps, args.config, overrides,
                                    repeats=repeats)
         return 0
     if args.command == "augment-benchmark":
+        from recipes import _augment_bench
+
         options, overrides = _compare.split_options(args.overrides, {"steps"})
         steps = _compare.parse_count("steps", options.get("steps", str(_compare.DEFAULT_STEPS)), 2)
         _augment_bench.benchmark(args.name, steps, args.config, overrides)
         return 0
     if args.command == "graph":
+        from recipes import _graph
+
         _graph.write_graph(args.name, args.config, args.overrides)
         return 0
     if args.command == "preview":
+        from recipes import _preview
+
         _preview.preview(args.name, args.config, args.overrides)
         return 0
     quiet = args.command == "show"

@@ -9,34 +9,45 @@ to its parameters:
 
 Only training batches are augmented: validation, test and prediction see the
 images as they are. `mixup` and `cutmix` blend pairs of images and their
-labels into soft labels, so they need a recipe trained on one-hot labels.
+labels into soft labels: with them, the pipeline gives one-hot labels
+(`recipes/_data.py`) and recipes train on a categorical cross-entropy.
 
 `data.augment_on` places the work:
 - `host`: a map in the tf.data pipeline, on the CPU, overlapping the step;
-- `device`: inside `fit`'s training step, on the accelerator (`on_device`);
+- `device`: inside `fit`'s training step, on the accelerator: the recipe
+  wraps its model in `models.AugmentedModel`;
 - `auto`: `device` when TensorFlow sees a GPU, else `host` (the faster one on
   this repository's CPU machine; README, "Augmentation").
 
 `data.augment_engine` picks the layers: `keras_cv` (the default), or `keras`,
 Keras core's equivalents under the same names and parameters. keras-cv's last
 release was in April 2024; the README lists what differs between the two.
+It is imported only when one of its operations is built.
 """
 
 import inspect
 import math
 
 import keras
-import keras_cv
 import tensorflow as tf
 
 from recipes import UserError
 
-ENGINES = {"keras_cv": keras_cv.layers, "keras": keras.layers}
+ENGINES = ("keras_cv", "keras")
+
+
+def _layers(engine):
+    """The module whose layers `engine` names."""
+    if engine == "keras_cv":
+        import keras_cv
+
+        return keras_cv.layers
+    return keras.layers
 
 
 def flip(engine, seed, mode="horizontal"):
     """Random flips (RandomFlip)."""
-    return _images_only(ENGINES[engine].RandomFlip(mode, seed=seed, dtype="float32"))
+    return _images_only(_layers(engine).RandomFlip(mode, seed=seed, dtype="float32"))
 
 
 def pad_crop(engine, seed, padding=4):
@@ -62,28 +73,25 @@ def pad_crop(engine, seed, padding=4):
 
 def randaugment(engine, seed, magnitude=0.5, augmentations_per_image=2):
     """RandAugment: `augmentations_per_image` random operations of strength `magnitude`."""
-    if engine == "keras_cv":
-        layer = _SequentialRandAugment(
-            value_range=(0, 1), magnitude=magnitude,
-            augmentations_per_image=augmentations_per_image, seed=seed, dtype="float32",
-            name="rand_augment")
-    else:
-        layer = keras.layers.RandAugment(
+    if engine == "keras":
+        return _images_only(keras.layers.RandAugment(
             value_range=(0, 1), factor=magnitude, num_ops=augmentations_per_image,
-            seed=seed, dtype="float32")
-    return _images_only(layer)
+            seed=seed, dtype="float32"))
 
+    layer = _layers("keras_cv").RandAugment(
+        value_range=(0, 1), magnitude=magnitude, augmentations_per_image=augmentations_per_image,
+        seed=seed, dtype="float32", name="rand_augment")
 
-class _SequentialRandAugment(keras_cv.layers.RandAugment):
-    """keras-cv's RandAugment, its per-image loop run one image at a time.
+    def apply(images, labels):
+        # One image at a time, in order: every image draws from the layer's one
+        # seed state, and the parallel iterations of its own batch loop would
+        # draw in a different order each run, so a seeded run would not
+        # repeat. Slower; README, "Augmentation", has its speed.
+        one_by_one = tf.map_fn(lambda image: layer(image, training=True), images,
+                               parallel_iterations=1)
+        return one_by_one, labels
 
-    Every image draws from one shared seed state, and tf.map_fn's parallel
-    iterations would draw in a different order each run: a seeded run would
-    not repeat. Sequential is slower; README, "Augmentation", has its speed.
-    """
-
-    def _map_fn(self, func, inputs):
-        return tf.map_fn(func, inputs, parallel_iterations=1)
+    return apply
 
 
 def random_erasing(engine, seed, scale=(0.02, 0.33)):
@@ -91,7 +99,7 @@ def random_erasing(engine, seed, scale=(0.02, 0.33)):
     as fractions of the image (each side is a square root of one)."""
     if engine == "keras_cv":
         sides = tuple(math.sqrt(s) for s in scale)
-        layer = keras_cv.layers.RandomCutout(height_factor=sides, width_factor=sides,
+        layer = _layers(engine).RandomCutout(height_factor=sides, width_factor=sides,
                                              fill_value=0.0, seed=seed, dtype="float32")
     else:
         layer = keras.layers.RandomErasing(factor=(1.0, 1.0), scale=scale, fill_value=0.0,
@@ -103,7 +111,7 @@ def color_jitter(engine, seed, brightness_factor=0.2, contrast_factor=0.2,
                  saturation_factor=(0.3, 0.7), hue_factor=0.05):
     """Random brightness, contrast, saturation and hue (RandomColorJitter;
     saturation 0.5 leaves an image as it is)."""
-    layer = ENGINES[engine].RandomColorJitter(
+    layer = _layers(engine).RandomColorJitter(
         value_range=(0, 1), brightness_factor=brightness_factor,
         contrast_factor=contrast_factor, saturation_factor=saturation_factor,
         hue_factor=hue_factor, seed=seed, dtype="float32")
@@ -112,7 +120,7 @@ def color_jitter(engine, seed, brightness_factor=0.2, contrast_factor=0.2,
 
 def mixup(engine, seed, alpha=0.2):
     """MixUp: blends pairs of images and their labels, weights from Beta(alpha, alpha)."""
-    return _mixing(ENGINES[engine].MixUp(alpha=alpha, seed=seed, dtype="float32"))
+    return _mixing(_layers(engine).MixUp(alpha=alpha, seed=seed, dtype="float32"))
 
 
 def cutmix(engine, seed, alpha=1.0):
@@ -120,7 +128,7 @@ def cutmix(engine, seed, alpha=1.0):
     keras-cv draws the area from Beta(alpha, alpha); Keras core first draws
     its Beta parameter from U(0, alpha), with alpha at most 1."""
     if engine == "keras_cv":
-        layer = keras_cv.layers.CutMix(alpha=alpha, seed=seed, dtype="float32")
+        layer = _layers(engine).CutMix(alpha=alpha, seed=seed, dtype="float32")
     else:
         layer = keras.layers.CutMix(factor=alpha, seed=seed, dtype="float32")
     return _mixing(layer)
@@ -143,13 +151,18 @@ OPERATIONS = {operation.__name__: operation for operation in (
 NEEDS_ONE_HOT = {"mixup", "cutmix"}
 
 
+def mixes_labels(entries):
+    """Whether `data.augment` entries blend labels, so need one-hot ones."""
+    return any(_parse(entry)[0] in NEEDS_ONE_HOT for entry in entries)
+
+
 def pipeline(entries, one_hot, seed=0, engine="keras_cv"):
     """Returns a function `(images, labels) -> (images, labels)` applying
     `entries` in order, or None when there are none.
 
     Raises:
-        UserError: for an unknown operation or parameter, or a mixing
-            operation on integer labels.
+        UserError: for an unknown operation or parameter.
+        ValueError: for a mixing operation on integer labels.
     """
     steps = []
     for index, entry in enumerate(entries):
@@ -158,9 +171,7 @@ def pipeline(entries, one_hot, seed=0, engine="keras_cv"):
             raise UserError(f"Unknown augmentation '{name}' in data.augment; "
                             f"known: {', '.join(OPERATIONS)}.")
         if name in NEEDS_ONE_HOT and not one_hot:
-            raise UserError(f"data.augment: '{name}' mixes labels, so it needs a "
-                            "recipe trained on one-hot labels (the densenet_* "
-                            "recipes); this recipe uses integer labels.")
+            raise ValueError(f"'{name}' mixes labels: it needs one-hot labels.")
         try:
             steps.append(OPERATIONS[name](engine, seed + index, **params))
         except (TypeError, ValueError) as error:
@@ -194,31 +205,3 @@ def placement(augment_on):
     if augment_on == "auto":
         return "device" if tf.config.list_physical_devices("GPU") else "host"
     return augment_on
-
-
-def on_device(model, augment):
-    """Makes `model.fit` apply `augment` to each training batch inside its
-    training step, on the accelerator; evaluation and prediction are untouched.
-
-    Keras has no hook between reading a batch and the step, so this wraps
-    `model.train_step`. Under XLA the augmentation stays out of the compiled
-    cluster (RandAugment, MixUp and CutMix use ops XLA cannot compile, in
-    both engines): the model's own step becomes a
-    `jit_compile=True` function, called from fit's plain graph after it.
-    Call it after `model.compile`.
-    """
-    step, compiled = model.train_step, model.jit_compile
-    if compiled:
-        step = tf.function(step, jit_compile=True)
-        model.jit_compile = False  # fit's outer graph: augmentation, then the step
-    # fit traces its step with AutoGraph off, and keras-cv's layers need it
-    # (Python `if`s on tensors); a tf.function of their own turns it back on.
-    augment_batch = augment if model.run_eagerly else tf.function(augment)
-
-    def augmented_train_step(data):
-        images, labels = augment_batch(*data)
-        return step((images, labels))
-
-    augmented_train_step.jit_compile = compiled  # read by ExecutionModeCheck
-    augmented_train_step.augment = augment  # for the hand-written loop in _compare
-    model.train_step = augmented_train_step

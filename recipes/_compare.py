@@ -2,43 +2,41 @@
 
     python -m recipes compare mnist_mlp modes=eager,graph,xla steps=50
 
-Each mode runs in a fresh process. The process runs the recipe itself (its
-data pipeline, model, optimizer and loss, compiled as the recipe compiles
-them) but takes over its `fit` call, so that every mode trains the very same
-setup on the same input stream:
+Each mode runs in a fresh process (`recipes/_measure.py`), which builds the
+recipe and trains what it builds, so every mode trains the very same setup
+on the same input stream:
 
 - `eager`, `graph`, `xla`: Keras' own `fit` in that execution mode;
 - `graph_spe`: `fit` in graph mode with `steps_per_execution` > 1;
 - `loop_eager`, `loop_function`: a hand-written `GradientTape` step, without
   and with `tf.function`: the low-level reference that shows what `fit` adds;
+- `loop_epoch`: the whole epoch as one `tf.function` looping over the
+  `tf.data.Dataset` inside the graph (`recipes/_loops.py:train_epoch`);
 - `graph_ready` (asked for by name): `fit` in graph mode on one batch repeated,
   an input that is always ready. Its step time is the step without the input
   pipeline, and its input wait is the floor of that measurement (Keras'
   dispatch before the step asks for its batch).
 
 The first step (tracing or compiling) and `WARMUP_STEPS` more are left out of
-the steady-state figures. Keras counts neither FLOPs nor a device's
-throughput, so this module does: the model's forward FLOPs are read from its
-graph, and a square matmul measures what the device reaches in the same
-process, at the run's precision.
+the steady-state figures.
 """
 
 import datetime
 import json
-import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config
-from recipes._tables import device_label, markdown_table, number_cell, write_csv
+from recipes import RUNS_DIR, UserError, _config, _plots
+from recipes._environment import device_label
+from recipes._tables import markdown_table, number_cell, write_csv
 
-DEFAULT_MODES = ["eager", "graph", "xla", "graph_spe", "loop_eager", "loop_function"]
+DEFAULT_MODES = ["eager", "graph", "xla", "graph_spe", "loop_eager", "loop_function",
+                 "loop_epoch"]
 MODES = [*DEFAULT_MODES, "graph_ready"]
 DEFAULT_STEPS = 30
-WARMUP_STEPS = 3
+WARMUP_STEPS = 3  # after the first (tracing) step, left out of the statistics
 SPE = 10  # steps per execution in graph_spe
 COLUMNS = ["mode", "trace_s", "step_ms_median", "step_ms_p10", "step_ms_p90",
            "images_per_s", "speedup_vs_eager", "step_vs_loop_function", "input_wait_fraction",
@@ -111,7 +109,7 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
         job = {"name": name, "mode": mode, "steps": steps, "config_files": list(map(str, config_files)),
                "overrides": list(overrides), "out": str(out_dir / "modes" / f"{label}.json"),
                "run_dir": str(out_dir / "modes" / label)}
-        result = subprocess.run([sys.executable, "-m", "recipes._compare", json.dumps(job)],
+        result = subprocess.run([sys.executable, "-m", "recipes._measure", json.dumps(job)],
                                 capture_output=True, text=True)
         if result.returncode != 0:
             raise UserError(f"Mode {mode} failed (exit {result.returncode}):\n"
@@ -145,7 +143,7 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
     write_csv(out_dir / "results.csv", COLUMNS, rows)
     table = markdown_table(COLUMNS, rows, number_cell)
     (out_dir / "table.md").write_text(table + "\n")
-    plot_modes(rows, f"{name} on {device_label(context['device'])}", out_dir / "speedup.png")
+    _plots.modes(rows, f"{name} on {device_label(context['device'])}", out_dir / "speedup.png")
     if not quiet:
         print("\n" + table + f"\n\nresults: {out_dir}/results.json, table.md, speedup.png")
     return results
@@ -177,191 +175,8 @@ def compare_sizes(name, size_key=None, size_values=None, modes=DEFAULT_MODES, st
     columns = ["size", "params", *COLUMNS]
     write_csv(out_dir / "results.csv", columns, rows)
     (out_dir / "table.md").write_text(markdown_table(columns, rows, number_cell) + "\n")
-    plot_sizes(rows, f"{name}: {size_key}, on {device_label(results['device'])}",
-               out_dir / "speedup_vs_params.png")
+    _plots.sizes(rows, f"{name}: {size_key}, on {device_label(results['device'])}",
+                 out_dir / "speedup_vs_params.png")
     print("\n" + markdown_table(columns, rows, number_cell))
     print(f"\nresults: {out_dir}/results.csv, table.md, speedup_vs_params.png")
     return rows
-
-
-def plot_modes(rows, title, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(7, 3.5))
-    bars = axis.bar([row["mode"] for row in rows], [row["images_per_s"] for row in rows])
-    for bar, row in zip(bars, rows):
-        if row["speedup_vs_eager"] is not None:
-            axis.annotate(f"{row['speedup_vs_eager']:.2f}x", (bar.get_x() + bar.get_width() / 2,
-                          bar.get_height()), ha="center", va="bottom", fontsize=8)
-    axis.set_ylabel("training images/s")
-    axis.set_title(title, fontsize=9)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-
-
-def plot_sizes(rows, title, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(7, 4))
-    for mode in dict.fromkeys(row["mode"] for row in rows):
-        points = sorted((row["params"], row["speedup_vs_eager"]) for row in rows
-                        if row["mode"] == mode and row["speedup_vs_eager"] is not None)
-        if points:
-            axis.plot(*zip(*points), marker="o", label=mode)
-    axis.set_xscale("log")
-    sizes = sorted({row["params"] for row in rows})
-    axis.set_xticks(sizes, [f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n / 1e3:.3g}k" for n in sizes])
-    axis.xaxis.set_minor_locator(plt.NullLocator())
-    axis.axhline(1.0, color="gray", linewidth=0.8)
-    axis.set_xlabel("parameters")
-    axis.set_ylabel("speedup over eager (step time)")
-    axis.set_title(title, fontsize=9)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-
-
-# ---- In the worker process --------------------------------------------------
-
-
-def train_step(model, use_function):
-    """A hand-written training step on `model`'s compiled loss and optimizer.
-
-    What `fit`'s step does, minus its metrics: next batch, forward pass, loss
-    plus the layers' regularization losses, gradients, optimizer update. Like
-    `fit`, it takes the iterator, so a `tf.function` reads the batch in-graph.
-    """
-    import keras
-    import tensorflow as tf
-
-    loss_fn = keras.losses.get(model.loss)
-    optimizer = model.optimizer
-    # Augmentation that `fit` would run in its step (data.augment_on=device).
-    augment = getattr(model.train_step, "augment", None)
-
-    def step(batches):
-        images, labels = next(batches)
-        if augment:
-            images, labels = augment(images, labels)
-        with tf.GradientTape() as tape:
-            predictions = model(images, training=True)
-            loss = loss_fn(labels, predictions)
-            if model.losses:
-                loss = loss + tf.add_n(model.losses)
-            scaled = optimizer.scale_loss(loss)
-        gradients = tape.gradient(scaled, model.trainable_weights)
-        optimizer.apply_gradients(zip(gradients, model.trainable_weights))
-        return loss
-
-    return tf.function(step, jit_compile=False) if use_function else step
-
-
-def _measure(job):
-    """Runs the recipe in `job`, measuring its training steps in `job["mode"]`."""
-    import keras
-    import tensorflow as tf
-
-    from callbacks import ExecutionModeCheck, Timing
-    from recipes import _runner
-
-    mode, steps = job["mode"], job["steps"]
-    execution = {"eager": "eager", "xla": "xla"}.get(mode, "graph")
-    overrides = [*job["overrides"], f"execution.mode={execution}", f"run.dir={job['run_dir']}",
-                 "run.verbose=0", f"train.steps_per_epoch={1 + WARMUP_STEPS + steps}"]
-    if mode == "graph_spe":
-        # One execution of SPE steps to trace, then whole executions.
-        overrides += [f"execution.steps_per_execution={SPE}",
-                      f"train.steps_per_epoch={SPE * (1 + -(-steps // SPE))}"]
-    config = _config.resolve(job["name"], job["config_files"], overrides,
-                             announce=lambda line: None)
-    model, x, fit_kwargs = _runner.until_fit(job["name"], config)
-    timing = next(c for c in fit_kwargs["callbacks"] if isinstance(c, Timing))
-    if mode == "graph_ready":
-        x = timing.instrument(tf.data.Dataset.from_tensors(next(iter(x))).repeat())
-    total = config["train"]["steps_per_epoch"]
-    if mode.startswith("loop_"):
-        step = train_step(model, use_function=mode == "loop_function")
-        timing.set_model(model)
-        timing.on_epoch_begin(0)
-        batches = iter(x)
-        for index in range(total):
-            timing.on_train_batch_begin(index)
-            loss = step(batches)
-            timing.on_train_batch_end(index, {"loss": loss})
-        timing.on_epoch_end(0)
-    else:
-        model.fit(x, epochs=1, steps_per_epoch=total, callbacks=[timing], verbose=0)
-
-    # graph_spe times whole executions: its first one holds SPE steps.
-    first_steps = SPE if mode == "graph_spe" else 1
-    summary = timing.summary(warmup_steps=0 if mode == "graph_spe" else WARMUP_STEPS)
-    trace_s = max(summary["first_step_s"] - first_steps * summary["step_ms_median"] / 1000, 0.0)
-    batch = timing.batch_size
-    flops_per_step = 3 * batch * forward_flops(model)
-    matmul = matmul_flops_per_s(keras.mixed_precision.global_policy().compute_dtype)
-    achieved = flops_per_step / (summary["step_ms_median"] / 1000)
-    gpus = tf.config.list_physical_devices("GPU")
-    row = {
-        "mode": mode,
-        "mode_used": ExecutionModeCheck.mode_of(model) if not mode.startswith("loop_") else mode,
-        "trace_s": trace_s,
-        "step_ms_median": summary["step_ms_median"],
-        "step_ms_p10": summary["step_ms_p10"],
-        "step_ms_p90": summary["step_ms_p90"],
-        "images_per_s": summary["images_per_s"],
-        "input_wait_fraction": summary["input_wait_fraction"],
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "peak_gpu_mb": (tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
-                        if gpus else None),
-        "flops_per_step": flops_per_step,
-        "achieved_flops_per_s": achieved,
-        "matmul_flops_per_s": matmul,
-        "mfu": achieved / matmul,
-    }
-    Path(job["out"]).write_text(json.dumps({
-        "row": row, "params": model.count_params(), "device": _runner.device_info(),
-        "versions": {"tensorflow": tf.__version__, "keras": keras.__version__},
-        "config": config}, indent=2))
-
-
-def forward_flops(model):
-    """Floating-point operations of one image's forward pass, read from the
-    model's graph (a multiply-add counts 2)."""
-    import tensorflow as tf
-
-    spec = tf.TensorSpec([1, *model.input_shape[1:]], tf.float32)
-    graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec).graph
-    builder = tf.compat.v1.profiler.ProfileOptionBuilder
-    options = builder(builder.float_operation()).with_empty_output().build()
-    return tf.compat.v1.profiler.profile(graph, options=options).total_float_ops
-
-
-def matmul_flops_per_s(dtype, size=2048, repeats=20):
-    """FLOP/s of a `size`-square matmul in `dtype` on the default device."""
-    import tensorflow as tf
-
-    a = tf.random.normal([size, size], dtype=tf.float32)
-    a = tf.cast(a, dtype)
-
-    @tf.function
-    def chain(x):
-        for _ in range(repeats):
-            x = tf.matmul(x, a) * tf.cast(1.0 / size, dtype)  # stays finite
-        return tf.reduce_sum(tf.cast(x, tf.float32))
-
-    chain(a).numpy()  # trace, warm up
-    started = time.perf_counter()
-    chain(a).numpy()
-    return 2 * size**3 * repeats / (time.perf_counter() - started)
-
-
-if __name__ == "__main__":
-    _measure(json.loads(sys.argv[1]))

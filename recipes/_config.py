@@ -3,19 +3,21 @@
 Precedence, lowest first: `DEFAULTS` < `configs/MODULE.yaml` (the module that
 runs the recipe) < `configs/NAME.yaml` when the recipe is a YAML of its own <
 each `--config` file in order < `key=value` overrides. The module's YAML may
-add keys of its own (its model's fields, say); everything after it may only
-set keys that exist. Unknown keys and values of the wrong type are
-`UserError`s that name the key. The resolved config records the recipe's name
-under the top-level key `recipe`.
+add keys of its own (its model's fields, say), typed by their value there or
+by the module's `CONFIG_SCHEMA`; everything after it may only set keys that
+exist. Unknown keys and values of the wrong type are `UserError`s that name
+the key. The resolved config records the recipe's name under the top-level
+key `recipe`.
 """
 
+import ast
 import copy
 import difflib
 from pathlib import Path
 
 import yaml
 
-from recipes import CONFIGS_DIR, UserError, module_of
+from recipes import CONFIGS_DIR, PACKAGE_DIR, UserError, module_of
 
 DEFAULTS = {
     "data": {
@@ -55,6 +57,7 @@ DEFAULTS = {
         "dir": None,  # None: runs/NAME/<timestamp>
         "resume": False,  # continue the latest unfinished run of this recipe
         "verbose": "auto",  # auto | 0 | 1 | 2, as in model.fit; auto: 1 on a terminal, else 2
+        "export": False,  # also write the final model as a SavedModel, to serve without this code
     },
 }
 
@@ -67,11 +70,6 @@ TYPES = {
     "run.dir": str,
     "callbacks.profile": (str, int, list),
     "run.verbose": (str, int),
-    # DenseNet fields that default to their variant's value (None).
-    "model.depth": int,
-    "model.growth_rate": int,
-    "model.bottleneck": bool,
-    "model.compression": float,
 }
 
 CHOICES = {
@@ -80,13 +78,12 @@ CHOICES = {
     "data.augment_engine": ["keras_cv", "keras"],
     "execution.mode": ["eager", "graph", "xla"],
     "execution.precision": ["float32", "mixed_float16", "mixed_bfloat16"],
-    "model.api": ["functional", "sequential"],
-    "train.schedule": ["constant", "step", "cosine"],
     "run.verbose": ["auto", 0, 1, 2],
 }
 
 TYPE_NAMES = {bool: "true/false", int: "an integer", float: "a number",
               str: "a string", list: "a list", dict: "a mapping"}
+TYPES_BY_NAME = {"bool": bool, "int": int, "float": float, "str": str, "list": list}
 
 
 def resolve(name, config_files=(), overrides=(), announce=print):
@@ -107,7 +104,13 @@ def resolve(name, config_files=(), overrides=(), announce=print):
                 raise UserError(f"{module_yaml}: unknown section in '{key}'; "
                                 f"sections are {', '.join(DEFAULTS)}.")
             _set(config, key, value)
-    schema = {key: (TYPES.get(key, type(value)), value is None)
+    types, choices = {**TYPES}, {**CHOICES}
+    for key, entry in recipe_schema(module).items():
+        if isinstance(entry, list):
+            choices[key] = entry
+        else:
+            types[key] = TYPES_BY_NAME[entry]
+    schema = {key: (types.get(key, type(value)), value is None, choices.get(key))
               for key, value in _flatten(config).items()}
 
     layers = [CONFIGS_DIR / f"{name}.yaml"] if name != module else []
@@ -119,6 +122,19 @@ def resolve(name, config_files=(), overrides=(), announce=print):
         _set(config, key, _checked(schema, key, value, "on the command line"))
         announce(f"override: {key} = {value!r}")
     return {"recipe": name, **config}
+
+
+def recipe_schema(module):
+    """The `CONFIG_SCHEMA` literal of recipe module `module`, read without
+    importing it (which would import TensorFlow): `{key: type name or list
+    of choices}` for the keys its YAML adds whose value there does not tell
+    their type (null: "the variant's") or that take one of a few values."""
+    tree = ast.parse((PACKAGE_DIR / f"{module}.py").read_text())
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and getattr(node.targets[0], "id", None) == "CONFIG_SCHEMA"):
+            return ast.literal_eval(node.value)
+    return {}
 
 
 def dump(config):
@@ -184,7 +200,7 @@ def _checked(schema, key, value, origin):
         valid = (f" Keys in '{section}': {', '.join(siblings)}." if siblings
                  else f" Sections: {', '.join(DEFAULTS)}.")
         raise UserError(f"Unknown config key '{key}' {origin}.{hint}{valid}")
-    expected, nullable = schema[key]
+    expected, nullable, choices = schema[key]
     if value is None and nullable:
         return None
     if expected is float and isinstance(value, str):
@@ -201,7 +217,6 @@ def _checked(schema, key, value, origin):
         wanted = " or ".join(TYPE_NAMES[t] for t in (expected if isinstance(expected, tuple) else (expected,)))
         raise UserError(f"Config key '{key}' expects {wanted}, "
                         f"got {value!r} ({type(value).__name__}) {origin}.")
-    choices = CHOICES.get(key)
     if choices is not None and value not in choices:
         raise UserError(f"Config key '{key}' must be one of "
                         f"{', '.join(map(str, choices))}; got {value!r} {origin}.")

@@ -46,8 +46,9 @@ class Data:
     train_examples: int
     batch_size: int
     steps_per_epoch: int
+    one_hot: bool  # labels are one-hot vectors rather than class indices
     augment: object  # (images, labels) -> (images, labels), or None
-    augment_on: str  # "host" (already in `train`), "device" (for _augment.on_device) or None
+    augment_on: str  # "host" (already in `train`), "device" (for models.AugmentedModel) or None
 
 
 def load(data_config, seed=0, steps_per_epoch=None, one_hot=False):
@@ -58,7 +59,8 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False):
         seed: seeds the synthetic data, the shuffle order and augmentation.
         steps_per_epoch: training steps per epoch; None means one pass.
         one_hot: one-hot float labels instead of integers (for label
-            smoothing, MixUp and CutMix).
+            smoothing); a mixing augmentation (MixUp, CutMix) turns them
+            on, since it blends labels.
     """
     name = data_config["name"]
     if name not in DATASETS:
@@ -68,6 +70,7 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False):
         raise UserError("data.validation_split must be between 0 and 1 "
                         f"(exclusive), got {data_config['validation_split']}.")
     input_shape, num_classes = DATASETS[name]
+    one_hot = one_hot or _augment.mixes_labels(data_config["augment"])
     augment = _augment.pipeline(data_config["augment"], one_hot, seed,
                                 data_config["augment_engine"])
     augment_on = _augment.placement(data_config["augment_on"]) if augment else None
@@ -118,6 +121,7 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False):
         train_examples=train_examples,
         batch_size=batch_size,
         steps_per_epoch=steps_per_epoch or train_examples // batch_size,
+        one_hot=one_hot,
         augment=augment,
         augment_on=augment_on,
     )
@@ -167,14 +171,17 @@ def _reachable(host, port, timeout_s=10):
 
 
 def _synthetic_splits(data_config, input_shape, num_classes, seed):
-    """Random images and labels with the dataset's shapes: no download."""
+    """Random images with the dataset's shapes, no download, and learnable:
+    each is half its class's random template, half noise."""
     rng = np.random.default_rng(seed)
+    templates = rng.integers(0, 256, size=(num_classes, *input_shape))
     train_n = data_config["synthetic_examples"]
     held_out = max(1, int(train_n * data_config["validation_split"]))
 
     def split(n):
-        images = rng.integers(0, 256, size=(n, *input_shape), dtype=np.uint8)
-        labels = rng.integers(0, num_classes, size=(n,), dtype=np.int64)
+        labels = rng.integers(0, num_classes, size=(n,))
+        noise = rng.integers(0, 256, size=(n, *input_shape))
+        images = ((templates[labels] + noise) // 2).astype(np.uint8)
         return tf.data.Dataset.from_tensor_slices((images, labels))
 
     return split(train_n), split(held_out), split(held_out)

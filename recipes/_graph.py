@@ -1,17 +1,18 @@
 """`python -m recipes graph NAME`: the graph of one training step, without training.
 
-Builds the recipe up to its `fit` call, traces `fit`'s training step
-(`model.train_step`, as `fit` compiles it) on the training data's shapes and
-writes it for TensorBoard's Graphs tab. It also writes the Python code
-AutoGraph generates from the hand-written training step of `compare`'s loop
-modes (`recipes/_compare.py:train_step`), which shows how Python control flow
-becomes graph ops.
+Builds the recipe, traces `fit`'s training step (`model.train_step`, as `fit`
+compiles it) on the training data's shapes and writes it for TensorBoard's
+Graphs tab. It also writes the Python code AutoGraph generates from the
+hand-written training step of `compare`'s loop modes
+(`recipes/_loops.py:step_body`), which shows how Python control flow becomes
+graph ops.
 """
 
 import datetime
 from pathlib import Path
 
-from recipes import RUNS_DIR, UserError, _compare, _config, _runner
+import recipes
+from recipes import RUNS_DIR, UserError, _config
 
 
 def write_graph(name, config_files=(), overrides=()):
@@ -28,10 +29,12 @@ def write_graph(name, config_files=(), overrides=()):
                         "Use execution.mode=graph or xla.")
     import tensorflow as tf
 
-    model, x, _ = _runner.until_fit(name, config)
-    out_dir = Path(config["run"]["dir"])
+    from recipes import _loops
+
+    experiment = recipes.load(name).build(config)
+    model, out_dir = experiment.model, Path(config["run"]["dir"])
     step = tf.function(model.train_step, jit_compile=model.jit_compile)
-    graph = step.get_concrete_function(x.element_spec).graph
+    graph = step.get_concrete_function(experiment.data.train.element_spec).graph
     log_dir = out_dir / "tensorboard" / "train"
     writer = tf.summary.create_file_writer(str(log_dir))
     with writer.as_default():
@@ -40,10 +43,9 @@ def write_graph(name, config_files=(), overrides=()):
 
     code_path = out_dir / "autograph" / "train_step.py"
     code_path.parent.mkdir(parents=True, exist_ok=True)
-    hand_written = _compare.train_step(model, use_function=False)
     code_path.write_text(
-        "# What AutoGraph makes of recipes/_compare.py:train_step's `step` "
-        "(tf.autograph.to_code).\n" + tf.autograph.to_code(hand_written))
+        "# What AutoGraph makes of recipes/_loops.py:step_body's `step` "
+        "(tf.autograph.to_code).\n" + tf.autograph.to_code(_loops.step_body(model)))
     print(f"graph of {name}'s training step ({config['execution']['mode']} mode, "
           f"{len(graph.get_operations())} ops): {log_dir}\n"
           f"  open it: tensorboard --logdir {out_dir / 'tensorboard'}  (Graphs tab)\n"

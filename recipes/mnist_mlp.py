@@ -14,27 +14,25 @@ speed-up over eager.
 import keras
 
 import models
-from callbacks import Timing
-from recipes import _augment, _data, _runner
+from recipes import _data, _experiment
+from recipes._experiment import Experiment
 
 
-def run(config):
-    """Trains and evaluates the model that `config` describes.
+def build(config):
+    """Builds what `run` trains: the data, the compiled model, fit's arguments.
 
     Returns:
-        The run's metrics, also written to `<run dir>/metrics.json`.
+        An `Experiment`; its run directory exists and holds `config.yaml`.
     """
     # Seeds every random generator, the input pipeline's included, and sets
     # the dtype policy, before anything is built.
-    _runner.prepare(config)
+    _experiment.prepare(config)
 
     # ## Data
     # uint8 images scaled to [0, 1] on whole batches; 10% of the training
     # split is held out for validation, the test split is only for the end.
     data = _data.load(config["data"], seed=config["execution"]["seed"],
                       steps_per_epoch=config["train"]["steps_per_epoch"])
-    # The run directory is made once the data is there.
-    run_dir = _runner.start_run(config)
 
     # ## Model
     model = models.mlp(
@@ -43,30 +41,35 @@ def run(config):
         hidden_units=config["model"]["hidden_units"],
         dropout=config["model"]["dropout"],
     )
+    # Augmentation placed on the device runs inside fit's training step.
+    if data.augment_on == "device":
+        model = models.AugmentedModel(model, data.augment)
+
+    # ## Training setup
+    # The execution mode (eager, graph or XLA) is only a compile argument.
+    model.compile(
+        optimizer=keras.optimizers.RMSprop(learning_rate=config["train"]["lr"]),
+        loss=_experiment.crossentropy(data),
+        metrics=["accuracy"],
+        **_experiment.compile_options(config),
+    )
+    return Experiment(config, model, data)
+
+
+def run(config):
+    """Trains and evaluates the model that `config` describes.
+
+    Returns:
+        The run's metrics, also written to `<run dir>/metrics.json`.
+    """
+    experiment = build(config)
+    model = experiment.model
     if config["run"]["verbose"]:
         model.summary()
 
     # ## Training
-    # The execution mode (eager, graph or XLA) is only a compile argument.
-    model.compile(
-        optimizer=keras.optimizers.RMSprop(learning_rate=config["train"]["lr"]),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-        **_runner.compile_options(config),
-    )
-    # Augmentation placed on the device runs inside fit's training step.
-    if data.augment_on == "device":
-        _augment.on_device(model, data.augment)
-    timing = Timing(batch_size=data.batch_size)
-    model.fit(
-        timing.instrument(data.train),
-        validation_data=data.validation,
-        epochs=config["train"]["epochs"],
-        steps_per_epoch=data.steps_per_epoch,
-        callbacks=[timing, *_runner.standard_callbacks(config, run_dir)],
-        verbose=_runner.fit_verbose(config),
-    )
+    model.fit(**experiment.fit_args)
 
     # ## Evaluation
-    test_metrics = model.evaluate(data.test, return_dict=True, verbose=0)
-    return _runner.finish_run(config, run_dir, model, test_metrics, timing, data)
+    test_metrics = model.evaluate(experiment.data.test, return_dict=True, verbose=0)
+    return experiment.finish(test_metrics)

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import recipes
+from models import AugmentedModel
 from recipes import UserError, _augment, _augment_bench, _config, _data, _preview
 
 ENGINES = list(_augment.ENGINES)
@@ -75,13 +76,31 @@ def test_soft_labels_train_with_the_densenet_loss_and_accuracy():
 @pytest.mark.parametrize("entries, one_hot, message", [
     (["flip", "rotate"], True, "Unknown augmentation 'rotate' in data.augment; known: flip, "
                                "pad_crop, randaugment, random_erasing, color_jitter, mixup, cutmix"),
-    (["mixup"], False, "'mixup' mixes labels, so it needs a recipe trained on one-hot labels"),
     ([{"pad_crop": {"pad": 4}}], True, "bad parameters for 'pad_crop'.*it takes padding"),
     ([{"flip": 3}], True, "cannot read {'flip': 3}"),
 ])
 def test_bad_entries_are_user_errors(entries, one_hot, message):
     with pytest.raises(UserError, match=message):
         _augment.pipeline(entries, one_hot=one_hot)
+
+
+def test_mixing_on_integer_labels_is_a_programming_error():
+    with pytest.raises(ValueError, match="'mixup' mixes labels: it needs one-hot labels"):
+        _augment.pipeline(["mixup"], one_hot=False)
+
+
+@pytest.mark.slow
+def test_a_mixing_operation_turns_integer_labels_into_one_hot(tiny_config):
+    """cifar10_cnn trains on class indices; with cutmix it gets one-hot labels
+    and a categorical loss, and trains."""
+    config = tiny_config("cifar10_cnn", "data.augment=[flip,cutmix]")
+    experiment = recipes.load("cifar10_cnn").build(config)
+    images, labels = next(iter(experiment.data.train))
+    assert labels.shape == (16, 10)
+    np.testing.assert_allclose(labels.numpy().sum(axis=-1), 1.0, rtol=1e-5)
+    assert isinstance(experiment.model.loss, keras.losses.CategoricalCrossentropy)
+    history = experiment.model.fit(**{**experiment.fit_args, "callbacks": []})
+    assert len(history.history["loss"]) == 1 and np.isfinite(history.history["loss"][0])
 
 
 def load(augment, augment_on="host"):
@@ -115,10 +134,10 @@ def test_on_the_device_the_pipeline_is_untouched_and_only_fit_steps_augment():
         calls.append(len(images))
         return on_device.augment(images, labels)
 
-    model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),
-                              keras.layers.Dense(10, activation="softmax")])
+    network = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),
+                                keras.layers.Dense(10, activation="softmax")])
+    model = AugmentedModel(network, counting_augment)
     model.compile("sgd", "categorical_crossentropy", metrics=["accuracy"], run_eagerly=True)
-    _augment.on_device(model, counting_augment)
     model.fit(on_device.train, steps_per_epoch=3, validation_data=on_device.validation, verbose=0)
     assert calls == [16, 16, 16]  # once per training step, not for validation
     model.evaluate(on_device.test, verbose=0)
@@ -132,6 +151,7 @@ def cifar_run(tiny_config, tmp_path, *overrides, run="run"):
     return recipes.load("cifar10_cnn").run(config)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("augment_on", ["host", "device"])
 def test_under_xla_the_run_records_the_real_placement_and_mode(augment_on, tiny_config, tmp_path):
     metrics = cifar_run(tiny_config, tmp_path, "execution.mode=xla", f"data.augment_on={augment_on}")
@@ -142,10 +162,11 @@ def test_under_xla_the_run_records_the_real_placement_and_mode(augment_on, tiny_
 def test_on_the_device_under_xla_the_step_is_compiled_and_augmentation_is_not():
     """The graph fit runs holds a jit-compiled call; keras-cv's ops sit outside it."""
     data = load("[flip,randaugment]", augment_on="device")
-    model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),
-                              keras.layers.Dense(10, activation="softmax")])
+    network = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),
+                                keras.layers.Dense(10, activation="softmax")])
+    model = AugmentedModel(network, data.augment)
     model.compile("sgd", "categorical_crossentropy", jit_compile=True)
-    _augment.on_device(model, data.augment)
+    assert (model.jit_compile, model.step_jit_compile) == (False, True)
     model.fit(data.train, steps_per_epoch=2, verbose=0)
 
     # fit traces `model.train_step` into a plain tf.function: trace it the same way.
@@ -173,6 +194,7 @@ def test_on_the_device_under_xla_the_step_is_compiled_and_augmentation_is_not():
     assert "ImageProjectiveTransformV3" not in op_types(compiled[0])  # RandAugment is not
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("augment_on", ["host", "device"])
 def test_seeded_runs_repeat_exactly(augment_on, tiny_config, tmp_path):
     def losses(run):
@@ -184,6 +206,7 @@ def test_seeded_runs_repeat_exactly(augment_on, tiny_config, tmp_path):
     assert losses("first") == losses("second")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_preview_writes_a_png(engine, tmp_path):
     path = _preview.preview("densenet_cifar10", overrides=[
@@ -199,6 +222,7 @@ def test_preview_without_augmentation_is_a_user_error():
         _preview.preview("mnist_mlp", overrides=["data.source=synthetic"])
 
 
+@pytest.mark.slow
 def test_augment_benchmark_writes_both_tables(tmp_path):
     operations, training = _augment_bench.benchmark(
         "cifar10_cnn", steps=2, batches=2, out_dir=tmp_path, overrides=[

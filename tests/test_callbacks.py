@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from callbacks import ExecutionModeCheck, Timing
+from callbacks import ExecutionModeCheck, Timing, execution_mode
+from models import AugmentedModel
 
 
 def tiny_model(*extra_layers):
@@ -31,10 +32,14 @@ def test_mode_check_sees_keras_drop_xla(capsys):
     ({"jit_compile": False}, "graph"),
     ({"jit_compile": True}, "xla"),
 ])
-def test_mode_of(compile_args, mode):
+def test_execution_mode(compile_args, mode):
     model = tiny_model()
     model.compile(optimizer="sgd", loss="mse", **compile_args)
-    assert ExecutionModeCheck.mode_of(model) == mode
+    assert execution_mode(model) == mode
+    # A model that augments on the device compiles its network's step apart.
+    augmented = AugmentedModel(tiny_model(), augment=lambda images, labels: (images, labels))
+    augmented.compile(optimizer="sgd", loss="mse", **compile_args)
+    assert execution_mode(augmented) == mode
 
 
 def test_callbacks_reject_bad_arguments():

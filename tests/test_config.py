@@ -97,6 +97,7 @@ def cli(*args):
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_message_and_exit_2():
     for args, message in [
         (["run", "nope"], "Unknown recipe 'nope'"),
@@ -109,6 +110,7 @@ def test_cli_errors_are_one_message_and_exit_2():
         assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_cli_show_prints_the_resolved_config():
     result = cli("show", "mnist_mlp", "train.epochs=3")
     assert result.returncode == 0, result.stderr
@@ -120,6 +122,7 @@ def test_cli_show_prints_the_resolved_config():
     assert shown["recipe"] == "mnist_mlp"
 
 
+@pytest.mark.slow
 def test_cli_list_names_every_recipe_with_a_description():
     result = cli("list")
     assert result.returncode == 0

@@ -48,6 +48,7 @@ def test_folder_source_resizes_to_the_recipe_input(tmp_path):
     assert sum(int(x.shape[0]) for x, _ in data.test) == 12
 
 
+@pytest.mark.slow
 def test_folder_source_trains_a_recipe(tmp_path, tiny_config):
     write_folder(tmp_path / "images", classes=("a", "b", "c"))
     config = tiny_config("cifar10_cnn", "data.source=folder",

@@ -80,6 +80,7 @@ def test_bad_depth_and_api_are_value_errors():
         densenet_variant("densenet121", input_shape=(32, 32, 3), num_classes=10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api", ["functional", "sequential"])
 def test_saved_model_loads_in_a_fresh_process(api, tmp_path):
     model = tiny(api)

@@ -74,6 +74,15 @@ def test_cosine_schedule_warms_up_then_decays_to_zero():
         learning_rate_schedule({**train, "warmup_epochs": 10}, steps_per_epoch=10)
 
 
+def test_constant_schedule_keeps_the_rate_after_its_warm_up():
+    train = resolve("densenet_cifar100", "train.schedule=constant", "train.epochs=10")["train"]
+    assert learning_rate_schedule(train, steps_per_epoch=10) == 0.1
+    warmed = learning_rate_schedule({**train, "warmup_epochs": 2}, steps_per_epoch=10)
+    rates = learning_rates(warmed, range(0, 101))
+    assert rates[0] == 0.0 and rates[10] == pytest.approx(0.05)
+    assert rates[20:] == pytest.approx([0.1] * 81)
+
+
 @pytest.mark.parametrize("override, message", [
     ("model.variant=densenet121", "Unknown DenseNet variant 'densenet121'"),
     ("model.depth=17", "depth - 4 must be a positive multiple of 6"),
@@ -85,6 +94,7 @@ def test_model_errors_are_user_errors_before_anything_is_written(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_sequential_api_trains_and_the_checkpoint_loads(tiny_config, tmp_path):
     config = tiny_config("densenet_cifar10", "model.api=sequential",
                          "data.augment=[pad_crop,flip,mixup]")

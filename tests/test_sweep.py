@@ -10,6 +10,7 @@ from conftest import ROOT, TINY, TINY_MODEL
 from recipes import UserError, _sweep
 
 
+@pytest.mark.slow
 def test_two_combination_sweep_writes_the_table_and_resumes(tmp_path, capsys):
     overrides = [*TINY, *TINY_MODEL["densenet_cifar100"], "train.epochs=2"]
     rows = _sweep.sweep("densenet_cifar10", ["train.lr=[0.05,0.1]"],
@@ -49,6 +50,7 @@ def test_bad_grids_fail_before_training(grid, message, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_cli_sweep_error_exits_2_without_a_traceback():
     result = subprocess.run(
         [sys.executable, "-m", "recipes", "sweep", "mnist_mlp", "--grid", "train.epochs=[1,x]",

@@ -11,7 +11,7 @@ from tensorflow.core.protobuf import config_pb2
 from xprof.convert import raw_to_tool_data
 
 import recipes
-from recipes import UserError, _graph, _runner
+from recipes import UserError, _experiment, _graph
 
 
 def events(log_dir):
@@ -31,6 +31,7 @@ def train(tiny_config, *overrides):
     return Path(config["run"]["dir"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["graph", "xla"])
 def test_the_training_step_graph_is_written(mode, tiny_config, capsys):
     logs = train(tiny_config, f"execution.mode={mode}", "callbacks.graph=true") / "tensorboard"
@@ -41,12 +42,14 @@ def test_the_training_step_graph_is_written(mode, tiny_config, capsys):
     assert "(TensorBoard, Graphs tab)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_an_eager_run_says_why_there_is_no_graph(tiny_config, capsys):
     logs = train(tiny_config, "execution.mode=eager", "callbacks.graph=true") / "tensorboard"
     assert "no graph in eager mode" in capsys.readouterr().out
     assert "train_step" not in events(logs / "train").Tags()["tensors"]
 
 
+@pytest.mark.slow
 def test_the_epoch_scalars_are_written(tiny_config):
     run_dir = train(tiny_config, "train.epochs=2")
     train_events, validation = (events(run_dir / "tensorboard" / split)
@@ -61,6 +64,7 @@ def test_the_epoch_scalars_are_written(tiny_config):
         assert logged == pytest.approx([float(row[prefix + "loss"]) for row in history], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_profile_trace_is_written(tiny_config):
     logs = train(tiny_config, "callbacks.profile=2,3") / "tensorboard"
     traces = list((logs / "train" / "plugins" / "profile").glob("*/*.xplane.pb"))
@@ -82,22 +86,23 @@ def test_a_profile_trace_is_written(tiny_config):
 ])
 def test_bad_profile_ranges_are_user_errors(value, message, tiny_config, tmp_path):
     with pytest.raises(UserError, match=message):
-        _runner.standard_callbacks(tiny_config("mnist_mlp", f"callbacks.profile={value}"), tmp_path)
+        _experiment.standard_callbacks(tiny_config("mnist_mlp", f"callbacks.profile={value}"), tmp_path)
 
 
 def test_profiling_needs_tensorboard(tiny_config, tmp_path):
     config = tiny_config("mnist_mlp", "callbacks.profile=2,3", "callbacks.tensorboard=false")
     with pytest.raises(UserError, match="it needs callbacks.tensorboard=true"):
-        _runner.standard_callbacks(config, tmp_path)
+        _experiment.standard_callbacks(config, tmp_path)
 
 
+@pytest.mark.slow
 def test_the_graph_command_writes_the_step_without_training(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # runs/ is relative to where the command runs
     out_dir = _graph.write_graph("mnist_mlp", overrides=[
         "model.hidden_units=[16]", "data.synthetic_examples=64", "data.batch_size=16"])
     assert "MatMul" in op_types(events(out_dir / "tensorboard" / "train").Graph())
     code = (out_dir / "autograph" / "train_step.py").read_text()
-    assert "def tf__step(batches):" in code and "ag__.if_stmt(" in code
+    assert "def tf__step(images, labels):" in code and "ag__.if_stmt(" in code
     assert not list(out_dir.glob("**/*.keras")) and not (out_dir / "history.csv").exists()
     assert "(Graphs tab)" in capsys.readouterr().out
 

@@ -1,0 +1,61 @@
+"""What a result was measured on: versions, accelerators and the CPU's features."""
+
+import importlib.metadata
+import os
+import platform
+from pathlib import Path
+
+# CPU features that decide TensorFlow's kernels: with AVX-512 VNNI, BF16 or
+# AMX it runs oneDNN's (_Mkl*) instead of Eigen's.
+CPU_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
+
+
+def versions():
+    """The versions of the packages a result depends on."""
+    import tensorflow as tf
+
+    found = {"tensorflow": tf.__version__}  # installed as tensorflow-cpu or tensorflow
+    for package in ("keras", "keras-cv"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = None
+    return found
+
+
+def device_info():
+    """The accelerators TensorFlow sees, and the CPU's name, cores and features."""
+    import tensorflow as tf
+
+    gpus = [tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
+            for gpu in tf.config.list_physical_devices("GPU")]
+    name, flags = _cpu()
+    return {"gpus": gpus, "cpu": name,
+            "cpu_cores": len(os.sched_getaffinity(0)),
+            "cpu_features": [feature for feature in CPU_FEATURES if feature in flags],
+            "platform": platform.platform()}
+
+
+def device_label(device):
+    """The GPUs of a `device_info()` dict, or its CPU when there are none."""
+    if device["gpus"]:
+        return ", ".join(device["gpus"])
+    features = device.get("cpu_features") or []
+    newest = f", {features[-1]}" if features else ""  # enough to tell machines apart
+    return f"{device['cpu']} ({device['cpu_cores']} cores{newest})"
+
+
+def _cpu():
+    """The CPU's model name and its feature flags, from /proc/cpuinfo where there is one."""
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                name = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    except OSError:
+        pass
+    return name, flags

@@ -1,0 +1,194 @@
+"""What every recipe shares around `compile` and `fit`: the execution mode,
+the standard callbacks, and `Experiment`, the built recipe that `run` and the
+tools train."""
+
+import json
+import math
+import sys
+import warnings
+
+import keras
+
+from callbacks import ExecutionModeCheck, GraphWriter, Timing, execution_mode
+from models import AugmentedModel, network_of
+from recipes import UserError, _environment, _rundir
+
+
+def prepare(config):
+    """Starts a recipe from a clean slate: clears Keras' session, seeds every
+    random generator with `execution.seed` and sets the global dtype policy.
+
+    Call it before building anything random, the input pipeline included:
+    tf.data fixes its random ops' seeds when it traces them.
+    """
+    # Our pipelines shuffle themselves; fit's shuffle=True warns for nothing.
+    warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(config["execution"]["seed"])
+    keras.mixed_precision.set_global_policy(config["execution"]["precision"])
+
+
+def compile_options(config):
+    """Returns the `model.compile` arguments of `config`'s execution mode."""
+    execution = config["execution"]
+    mode = execution["mode"]
+    return {
+        "run_eagerly": mode == "eager",
+        "jit_compile": mode == "xla",
+        "steps_per_execution": execution["steps_per_execution"],
+    }
+
+
+def crossentropy(data, label_smoothing=0.0):
+    """The classification loss for `data`'s labels: categorical for one-hot
+    (soft, once MixUp or CutMix blend them) labels, sparse for class indices."""
+    if data.one_hot:
+        return keras.losses.CategoricalCrossentropy(label_smoothing=label_smoothing)
+    return keras.losses.SparseCategoricalCrossentropy()
+
+
+class Experiment:
+    """A recipe, built: the compiled model, its data, and what `fit` needs.
+
+    Every recipe's `build(config)` returns one, and its `run(config)` is
+    `model.fit(**experiment.fit_args)`, an evaluation and `finish`. The tools
+    (`compare`, `graph`, `preview`, `sweep`) start from `build` too, so they
+    train exactly what the recipe trains.
+
+    Creating one creates the run directory (or reuses it, to resume) and
+    writes the resolved `config.yaml` into it.
+
+    Args:
+        config: the resolved config.
+        model: the compiled model; an `AugmentedModel` when augmentation runs
+            on the device.
+        data: the `recipes._data.Data` it trains on.
+
+    Attributes:
+        run_dir: where the run writes.
+        timing: the `Timing` callback, also first in `callbacks`.
+        train: `data.train` with the timing's input-wait stamp.
+        callbacks: `timing`, then the standard callbacks `config` asks for.
+    """
+
+    def __init__(self, config, model, data):
+        if (data.augment_on == "device") != isinstance(model, AugmentedModel):
+            raise ValueError("Augmentation placed on the device needs the model wrapped in "
+                             f"models.AugmentedModel, and only then; data.augment_on="
+                             f"{data.augment_on!r}, model: {type(model).__name__}.")
+        self.config, self.model, self.data = config, model, data
+        run_dir = _rundir.choose(config)
+        self.timing = Timing(batch_size=data.batch_size)
+        self.train = self.timing.instrument(data.train)
+        self.callbacks = [self.timing, *standard_callbacks(config, run_dir)]
+        self.run_dir = _rundir.create(run_dir, config)
+
+    @property
+    def fit_args(self):
+        """The keyword arguments of `model.fit` for the whole run."""
+        return dict(x=self.train, validation_data=self.data.validation,
+                    epochs=self.config["train"]["epochs"],
+                    steps_per_epoch=self.data.steps_per_epoch,
+                    callbacks=self.callbacks, verbose=fit_verbose(self.config))
+
+    @property
+    def augment_on(self):
+        """Where augmentation runs: "device" (in the model's step), "host" (tf.data) or None."""
+        if isinstance(self.model, AugmentedModel):
+            return "device"
+        return "host" if self.data.augment_on == "host" else None
+
+    def finish(self, test_metrics):
+        """Writes `metrics.json` into the run directory, prints a summary and
+        returns the metrics; exports the model first if `run.export` asks."""
+        config, model, run_dir = self.config, self.model, self.run_dir
+        name = config["recipe"]
+        if config["run"]["export"]:
+            # A SavedModel serves without this repository's code (TF Serving, tf.saved_model.load).
+            network_of(model).export(run_dir / "saved_model", verbose=False)
+        epochs = _rundir.read_history(run_dir / "history.csv")
+        metrics = {
+            "recipe": name,
+            "run_dir": str(run_dir),
+            "mode_requested": config["execution"]["mode"],
+            "mode_used": execution_mode(model),
+            "precision": config["execution"]["precision"],
+            "augment_on": self.augment_on,
+            "augment_engine": config["data"]["augment_engine"] if self.data.augment else None,
+            "params": model.count_params(),
+            "trainable_params": sum(math.prod(w.shape) for w in model.trainable_weights),
+            "epochs_completed": len(epochs),
+            "final": epochs[-1] if epochs else {},
+            "best": _best_epoch(epochs, config["callbacks"]["monitor"]),
+            "test": {k: float(v) for k, v in test_metrics.items()},
+            "timing": self.timing.summary(),
+            "versions": _environment.versions(),
+            "device": _environment.device_info(),
+        }
+        (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+
+        t = metrics["timing"]
+        print(f"\n{name}: test " + ", ".join(f"{k} {v:.4f}" for k, v in metrics["test"].items()))
+        if t["step_ms_median"] is not None:
+            print(f"mode {metrics['mode_used']}, {t['step_ms_median']:.1f} ms/step, "
+                  f"{t['images_per_s']:.0f} images/s, trace {t['trace_s']:.2f} s")
+        print(f"results: {run_dir}/metrics.json; TensorBoard: "
+              f"tensorboard --logdir {run_dir / 'tensorboard'}", flush=True)
+        return metrics
+
+
+def fit_verbose(config):
+    """`run.verbose` for `model.fit`: a progress bar only on a terminal."""
+    verbose = config["run"]["verbose"]
+    if verbose == "auto":
+        return 1 if sys.stdout.isatty() else 2
+    return verbose
+
+
+def standard_callbacks(config, run_dir):
+    """Returns the callbacks every recipe trains with, as `config` asks.
+
+    Put a `Timing` callback before these, so the TensorBoard and CSV logs
+    record its numbers.
+    """
+    chosen = config["callbacks"]
+    callbacks = [
+        ExecutionModeCheck(config["execution"]["mode"]),
+        keras.callbacks.TerminateOnNaN(),
+        keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
+        # Saves the whole training state each epoch, and restores it when the
+        # same run directory trains again: a kill loses one epoch at most.
+        keras.callbacks.BackupAndRestore(run_dir / "backup"),
+    ]
+    if chosen["graph"]:
+        callbacks.append(GraphWriter(run_dir / "tensorboard" / "train"))
+    if chosen["profile"] is not None and not chosen["tensorboard"]:
+        raise UserError("callbacks.profile writes into the TensorBoard logs: "
+                        "it needs callbacks.tensorboard=true.")
+    if chosen["tensorboard"]:
+        try:
+            callbacks.append(keras.callbacks.TensorBoard(
+                run_dir / "tensorboard", profile_batch=chosen["profile"] or 0))
+        except ValueError:
+            raise UserError("callbacks.profile takes the first and last training step to "
+                            f"profile, e.g. callbacks.profile=5,8; got {chosen['profile']!r}."
+                            ) from None
+    if chosen["checkpoint"]:
+        checkpoints = run_dir / "checkpoints"
+        callbacks += [
+            keras.callbacks.ModelCheckpoint(
+                checkpoints / "best.keras", monitor=chosen["monitor"],
+                save_best_only=True),
+            keras.callbacks.ModelCheckpoint(checkpoints / "last.keras"),
+        ]
+    return callbacks
+
+
+def _best_epoch(epochs, monitor):
+    """The epoch whose `monitor` is best (lowest for a loss), with its number."""
+    scored = [(number, row) for number, row in enumerate(epochs) if monitor in row]
+    if not scored:
+        return {}
+    pick = min if "loss" in monitor else max
+    number, row = pick(scored, key=lambda item: item[1][monitor])
+    return {"epoch": number, **row}

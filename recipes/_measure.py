@@ -1,0 +1,151 @@
+"""`compare`'s worker: one execution mode of one recipe, measured in a process of its own.
+
+    python -m recipes._measure '{"name": ..., "mode": ..., "steps": ..., ...}'
+
+It builds the recipe (`build`), so every mode trains the very same model,
+optimizer, loss, batch and input stream, and times its training steps with
+the recipe's own `Timing` callback. Keras counts neither FLOPs nor what the
+device reaches, so this module does: the model's forward FLOPs are read from
+its graph, and a square matmul measures the device in the same process, at
+the run's precision.
+"""
+
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+import recipes
+from callbacks import execution_mode
+from models import network_of
+from recipes import _config, _environment, _loops
+from recipes._compare import SPE, WARMUP_STEPS
+
+# Modes that time whole calls of several steps: no per-step input wait.
+MULTI_STEP_MODES = {"graph_spe", "loop_epoch"}
+
+
+def measure(job):
+    """Runs the recipe in `job` and measures its training steps in `job["mode"]`;
+    writes the row to `job["out"]`."""
+    mode, steps = job["mode"], job["steps"]
+    execution = {"eager": "eager", "xla": "xla"}.get(mode, "graph")
+    overrides = [*job["overrides"], f"execution.mode={execution}", f"run.dir={job['run_dir']}",
+                 "run.verbose=0", f"train.steps_per_epoch={1 + WARMUP_STEPS + steps}"]
+    if mode == "graph_spe":
+        # One execution of SPE steps to trace, then whole executions.
+        overrides += [f"execution.steps_per_execution={SPE}",
+                      f"train.steps_per_epoch={SPE * (1 + -(-steps // SPE))}"]
+    config = _config.resolve(job["name"], job["config_files"], overrides,
+                             announce=lambda line: None)
+    experiment = recipes.load(job["name"]).build(config)
+    model, timing, batches = experiment.model, experiment.timing, experiment.train
+    if mode == "graph_ready":
+        # One batch, repeated: an input that is always ready.
+        batches = timing.instrument(
+            tf.data.Dataset.from_tensors(next(iter(experiment.data.train))).repeat())
+    total = config["train"]["steps_per_epoch"]
+    if mode in ("loop_eager", "loop_function"):
+        _time_loop(model, timing, batches, total, use_function=mode == "loop_function")
+    elif mode == "loop_epoch":
+        _time_epoch_function(model, timing, batches, steps)
+    else:
+        model.fit(batches, epochs=1, steps_per_epoch=total, callbacks=[timing], verbose=0)
+
+    first_steps = {"graph_spe": SPE, "loop_epoch": 1 + WARMUP_STEPS}.get(mode, 1)
+    summary = timing.summary(warmup_steps=0 if mode in MULTI_STEP_MODES else WARMUP_STEPS)
+    trace_s = max(summary["first_step_s"] - first_steps * summary["step_ms_median"] / 1000, 0.0)
+    network = network_of(model)
+    flops_per_step = 3 * timing.batch_size * forward_flops(network, experiment.data.input_shape)
+    matmul = matmul_flops_per_s(keras.mixed_precision.global_policy().compute_dtype)
+    achieved = flops_per_step / (summary["step_ms_median"] / 1000)
+    gpus = tf.config.list_physical_devices("GPU")
+    row = {
+        "mode": mode,
+        "mode_used": mode if mode.startswith("loop_") else execution_mode(model),
+        "trace_s": trace_s,
+        "step_ms_median": summary["step_ms_median"],
+        "step_ms_p10": summary["step_ms_p10"],
+        "step_ms_p90": summary["step_ms_p90"],
+        "images_per_s": summary["images_per_s"],
+        "input_wait_fraction": (None if mode in MULTI_STEP_MODES
+                                else summary["input_wait_fraction"]),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_gpu_mb": (tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+                        if gpus else None),
+        "flops_per_step": flops_per_step,
+        "achieved_flops_per_s": achieved,
+        "matmul_flops_per_s": matmul,
+        "mfu": achieved / matmul,
+    }
+    Path(job["out"]).write_text(json.dumps({
+        "row": row, "params": model.count_params(), "device": _environment.device_info(),
+        "versions": _environment.versions(), "config": config}, indent=2))
+
+
+def _time_loop(model, timing, batches, total, use_function):
+    """`total` hand-written steps, each timed by `timing` as `fit` would call it."""
+    step = _loops.train_step(model, use_function)
+    timing.set_model(model)
+    timing.on_epoch_begin(0)
+    iterator = iter(batches)
+    for index in range(total):
+        timing.on_train_batch_begin(index)
+        loss = step(iterator)
+        timing.on_train_batch_end(index, {"loss": loss})
+    timing.on_epoch_end(0)
+
+
+def _time_epoch_function(model, timing, batches, steps):
+    """Two calls of the whole-epoch function: one that traces and warms up,
+    then `steps` timed steps in a single call."""
+    epoch = _loops.train_epoch(model)
+    timing.set_model(model)
+    timing.on_epoch_begin(0)
+    iterator, done = iter(batches), 0
+    for count in (1 + WARMUP_STEPS, steps):
+        timing.on_train_batch_begin(done)
+        # A tensor, not a Python int: a new int would trace the function again.
+        loss = epoch(iterator, tf.constant(count))
+        done += count
+        timing.on_train_batch_end(done - 1, {"loss": loss})
+    timing.on_epoch_end(0)
+
+
+def forward_flops(model, input_shape):
+    """Floating-point operations of one image's forward pass, read from the
+    model's graph (a multiply-add counts 2)."""
+    spec = tf.TensorSpec([1, *input_shape], tf.float32)
+    graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec).graph
+    builder = tf.compat.v1.profiler.ProfileOptionBuilder
+    options = builder(builder.float_operation()).with_empty_output().build()
+    return tf.compat.v1.profiler.profile(graph, options=options).total_float_ops
+
+
+def matmul_flops_per_s(dtype, size=2048, chain=4, min_seconds=1.0):
+    """FLOP/s of `size`-square matmuls in `dtype` on the default device:
+    chains of `chain` matmuls, repeated for at least `min_seconds`."""
+    a = tf.cast(tf.random.normal([size, size], dtype=tf.float32), dtype)
+
+    @tf.function
+    def run(x):
+        for _ in range(chain):
+            x = tf.matmul(x, a) * tf.cast(1.0 / size, dtype)  # stays finite
+        return tf.reduce_sum(tf.cast(x, tf.float32))
+
+    run(a).numpy()  # trace, warm up
+    calls, started = 0, time.perf_counter()
+    while True:
+        run(a).numpy()
+        calls += 1
+        elapsed = time.perf_counter() - started
+        if elapsed >= min_seconds:
+            return 2 * size**3 * chain * calls / elapsed
+
+
+if __name__ == "__main__":
+    measure(json.loads(sys.argv[1]))

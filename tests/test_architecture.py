@@ -1,0 +1,99 @@
+"""The recipe shape: tools reach recipes through `build`, nothing patches
+Keras, and the cheap commands stay cheap."""
+
+import re
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import recipes
+from conftest import ROOT
+from models import AugmentedModel
+from recipes import _config, _data
+from recipes._experiment import Experiment
+
+SOURCES = sorted(p for folder in ("recipes", "models", "callbacks", "tests")
+                 for p in (ROOT / folder).glob("*.py"))
+
+# Assigning to an attribute of a Keras or TensorFlow class or module, or to a
+# model's training methods, or setattr/monkeypatch on them.
+PATCHING = re.compile(
+    r"^\s*(keras|tf|tensorflow|keras_cv)(\.\w+)+\s*=[^=]"
+    r"|\.(train_step|test_step|predict_step|fit|evaluate|predict|compile)\s*=[^=]"
+    r"|setattr\((keras|tf|tensorflow|keras_cv)\b")
+
+
+def test_nothing_replaces_a_method_of_keras_or_tensorflow():
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for path in SOURCES
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if PATCHING.search(line) and path.name != "test_architecture.py"]
+    assert found == []
+
+
+def test_the_grep_finds_what_it_looks_for():
+    assert PATCHING.search("keras.Model.fit = stop_at_fit")
+    assert PATCHING.search("    model.train_step = augmented_train_step")
+    assert PATCHING.search("setattr(keras.Model, 'fit', f)")
+    assert not PATCHING.search("model.fit(**experiment.fit_args)")
+    assert not PATCHING.search("self.step_jit_compile, self.jit_compile = self.jit_compile, False")
+
+
+def test_list_and_show_import_no_tensorflow():
+    script = ("import sys; from recipes.__main__ import main; "
+              "main(['list']); main(['show', 'densenet_cifar100', 'model.depth=40']); "
+              "heavy = sorted({m.split('.')[0] for m in sys.modules} "
+              "& {'tensorflow', 'keras', 'keras_cv', 'matplotlib', 'tensorflow_datasets'}); "
+              "print('imported:', heavy)")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "imported: []"
+    assert "depth: 40" in result.stdout
+
+
+def test_a_recipe_schema_types_its_own_keys():
+    schema = _config.recipe_schema("densenet_cifar100")
+    assert schema["model.depth"] == "int" and "cosine" in schema["train.schedule"]
+    assert _config.recipe_schema("mnist_mlp") == {}
+    config = _config.resolve("densenet_cifar100", overrides=["model.depth=40"],
+                             announce=lambda line: None)
+    assert config["model"]["depth"] == 40
+    with pytest.raises(recipes.UserError, match="'model.depth' expects an integer"):
+        _config.resolve("densenet_cifar100", overrides=["model.depth=deep"])
+    with pytest.raises(recipes.UserError, match="'train.schedule' must be one of constant"):
+        _config.resolve("densenet_cifar100", overrides=["train.schedule=linear"])
+
+
+def tiny_network():
+    return keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),
+                             keras.layers.Dense(10, activation="softmax")])
+
+
+def test_an_experiment_refuses_augmentation_placed_where_the_model_does_not_run_it(tiny_config):
+    config = tiny_config("cifar10_cnn", "data.augment=[flip]", "data.augment_on=device")
+    data = _data.load(config["data"], steps_per_epoch=2)
+    model = tiny_network()
+    model.compile("sgd", "sparse_categorical_crossentropy")
+    with pytest.raises(ValueError, match="needs the model wrapped in models.AugmentedModel"):
+        Experiment(config, model, data)
+
+
+@pytest.mark.filterwarnings("error:`compile\\(\\)` was not called")
+def test_an_augmented_model_saves_and_loads_as_its_network(tmp_path):
+    network = tiny_network()
+    model = AugmentedModel(network, augment=lambda images, labels: (1 - images, labels))
+    model.compile("sgd", "sparse_categorical_crossentropy")
+    images = np.random.default_rng(0).uniform(size=(4, 32, 32, 3)).astype("float32")
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    assert isinstance(loaded, AugmentedModel) and loaded.augment is None
+    np.testing.assert_allclose(loaded.predict(images, verbose=0),
+                               network.predict(images, verbose=0), rtol=1e-6)
+    labels = np.arange(4)
+    assert loaded.evaluate(images, labels, verbose=0) == pytest.approx(
+        model.evaluate(images, labels, verbose=0), rel=1e-5)
+    assert model.count_params() == network.count_params()
