@@ -27,6 +27,7 @@ TINY = [
 # Per recipe module: the smallest model of its family, and what fits two epochs.
 TINY_MODEL = {
     "densenet_cifar100": ["model.depth=10", "model.growth_rate=4", "train.warmup_epochs=0"],
+    "graph_lessons": ["model.units=8"],
 }
 
 

@@ -1,0 +1,213 @@
+"""tf.function lessons, run and printed, then an LSTM stepped in Python, trained.
+
+What a course teaches about graph execution, each lesson a function that
+runs it and returns what it showed (tests/test_graph_lessons.py checks every
+claim):
+
+1. `retracing`: a `tf.function` traces once per new signature. Python values
+   are part of it, tensors only by dtype and shape; `reduce_retracing`
+   generalizes shapes, `input_signature` fixes them.
+2. `printing`: `print` runs while tracing, once; `tf.print` on every call.
+3. `autograph`: a `while` on a tensor becomes a `While` op; a Python `range`
+   loop is unrolled, a `tf.range` loop is a `While` op.
+
+Then it trains its model, an LSTM reading MNIST images row by row whose
+`LSTMCell` is stepped in a Python loop (`models/rnn.py`): eagerly, each of
+the 28 steps dispatches its ops from Python; as a graph, the loop is
+unrolled once. `make compare NAME=graph_lessons` times the difference (the
+lecture reports about 10x). The lessons on whole-epoch functions, resuming in
+another mode and `model.export` are commands; README, "tf.function lessons".
+
+    make recipe NAME=graph_lessons
+    make compare NAME=graph_lessons ARGS="modes=eager,graph,loop_eager,loop_function,loop_epoch"
+"""
+
+import contextlib
+import io
+import json
+
+import keras
+import tensorflow as tf
+
+import models
+from recipes import _data, _experiment
+from recipes._experiment import Experiment
+
+
+# ## Lesson 1: retracing
+
+
+def retracing():
+    """Counts the traces of `x * x` called with different arguments.
+
+    Returns:
+        {case: number of traces}.
+    """
+
+    def square(x):
+        return x * x
+
+    def traces(function, *arguments):
+        for argument in arguments:
+            function(argument)
+        return function.experimental_get_tracing_count()
+
+    shapes = [tf.ones([n]) for n in (1, 2, 3, 4)]
+    return {
+        # Each new Python value is a new signature: 2 and 3 trace twice.
+        "python ints 2, 3, 2": traces(tf.function(square), 2, 3, 2),
+        # Tensors are traced by dtype and shape, not value: once.
+        "tensors 2, 3": traces(tf.function(square), tf.constant(2), tf.constant(3)),
+        "tensors int32 2, float32 2.0": traces(tf.function(square), tf.constant(2),
+                                               tf.constant(2.0)),
+        # A new shape retraces...
+        "shapes [1], [2], [3], [4]": traces(tf.function(square), *shapes),
+        # ...unless asked to generalize: the second shape traces for [None].
+        "shapes [1]..[4], reduce_retracing": traces(
+            tf.function(square, reduce_retracing=True), *shapes),
+        # Or the signature is fixed up front: one trace, any length.
+        "shapes [1]..[4], input_signature [None]": traces(
+            tf.function(square, input_signature=[tf.TensorSpec([None], tf.float32)]), *shapes),
+    }
+
+
+# ## Lesson 2: print and tf.print
+
+
+def printing(log_path, calls=3):
+    """Calls a `tf.function` with a `print` and a `tf.print` `calls` times.
+
+    `tf.print` writes to `log_path`, so that its lines can be counted.
+
+    Returns:
+        {"calls", "print lines", "tf.print lines"}.
+    """
+
+    @tf.function
+    def double(x):
+        print("print: tracing double")  # Python: runs while tracing
+        tf.print("tf.print: double ran", output_stream=f"file://{log_path}")  # an op in the graph
+        return 2 * x
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        for _ in range(calls):
+            double(tf.constant(1.0))
+    return {"calls": calls,
+            "print lines": printed.getvalue().count("\n"),
+            "tf.print lines": log_path.read_text().count("\n")}
+
+
+# ## Lesson 3: AutoGraph
+
+
+def halve_until_small(x):
+    while tf.reduce_sum(x) > 1:
+        x = x / 2
+    return x
+
+
+def double_three_times_python_range(x):
+    for _ in range(3):
+        x = x * 2
+    return x
+
+
+def double_three_times_tf_range(x):
+    for _ in tf.range(3):
+        x = x * 2
+    return x
+
+
+def autograph():
+    """Traces three functions and reads their graphs' top-level ops.
+
+    Returns:
+        {function name: {"ops": sorted op types, "Mul ops": count,
+        "while loop": whether a While op is there}}, and "code": what
+        `tf.autograph.to_code` makes of `halve_until_small`.
+    """
+    found = {}
+    for function in (halve_until_small, double_three_times_python_range,
+                     double_three_times_tf_range):
+        graph = tf.function(function).get_concrete_function(tf.TensorSpec([3])).graph
+        types = [op.type for op in graph.get_operations()]
+        found[function.__name__] = {
+            "ops": sorted(set(types)), "Mul ops": types.count("Mul"),
+            "while loop": any(t in ("While", "StatelessWhile") for t in types)}
+    found["code"] = tf.autograph.to_code(halve_until_small)
+    return found
+
+
+def report(lessons):
+    """The lessons' results as text."""
+    lines = ["", "== Lesson 1: traces of x * x"]
+    lines += [f"  {case:<42} {count} trace{'s' * (count != 1)}"
+              for case, count in lessons["retracing"].items()]
+    printed = lessons["printing"]
+    lines += ["", f"== Lesson 2: {printed['calls']} calls of a tf.function",
+              f"  print:    {printed['print lines']} line (while tracing)",
+              f"  tf.print: {printed['tf.print lines']} lines (every call)",
+              "", "== Lesson 3: AutoGraph (the top level of each traced graph)"]
+    lines += [f"  {name:<34} While loop: {'yes' if found['while loop'] else 'no '}  "
+              f"Mul ops: {found['Mul ops']}"
+              for name, found in lessons["autograph"].items() if name != "code"]
+    lines += ["  AutoGraph's code for `while tf.reduce_sum(x) > 1: x = x / 2` calls:"]
+    lines += [f"    {line.strip()}" for line in lessons["autograph"]["code"].splitlines()
+              if "while_stmt" in line]
+    return "\n".join(lines) + "\n"
+
+
+# ## The model: an LSTM stepped in Python
+
+
+def build(config):
+    """Builds what `run` trains: the data, the compiled model, fit's arguments.
+
+    Returns:
+        An `Experiment`; its run directory exists and holds `config.yaml`.
+    """
+    _experiment.prepare(config)
+
+    # ## Data
+    # MNIST's 28 rows of 28 pixels are 28 time steps of 28 features.
+    data = _data.load(config["data"], seed=config["execution"]["seed"],
+                      steps_per_epoch=config["train"]["steps_per_epoch"])
+
+    # ## Model
+    model = models.row_lstm(data.input_shape, data.num_classes, units=config["model"]["units"])
+    if data.augment_on == "device":
+        model = models.AugmentedModel(model, data.augment)
+
+    # ## Training setup
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate=config["train"]["lr"]),
+        loss=_experiment.crossentropy(data),
+        metrics=["accuracy"],
+        **_experiment.compile_options(config),
+    )
+    return Experiment(config, model, data)
+
+
+def run(config):
+    """Runs the lessons, then trains and evaluates the model.
+
+    Returns:
+        The run's metrics, also written to `<run dir>/metrics.json`; the
+        lessons' results are in `<run dir>/lessons.json`.
+    """
+    experiment = build(config)
+    log_path = experiment.run_dir / "tf_print.log"
+    log_path.write_text("")
+    lessons = {"retracing": retracing(), "printing": printing(log_path),
+               "autograph": autograph()}
+    (experiment.run_dir / "lessons.json").write_text(json.dumps(lessons, indent=2) + "\n")
+    print(report(lessons), flush=True)
+
+    # ## Training
+    model = experiment.model
+    model.fit(**experiment.fit_args)
+
+    # ## Evaluation
+    test_metrics = model.evaluate(experiment.data.test, return_dict=True, verbose=0)
+    return experiment.finish(test_metrics)
