@@ -1,6 +1,8 @@
-"""An interrupted run resumes at the next epoch with the saved state."""
+"""An interrupted run resumes at the next epoch with the saved state, in the
+same execution mode or another one."""
 
 import csv
+import json
 import subprocess
 import sys
 
@@ -10,7 +12,7 @@ import pytest
 
 import recipes
 from conftest import ROOT, TINY
-from recipes import UserError, _runner
+from recipes import UserError, _config, _rundir
 
 
 class StopAfterFirstEpoch(keras.callbacks.Callback):
@@ -28,28 +30,28 @@ class RecordStartingState(keras.callbacks.Callback):
         self.iterations = int(self.model.optimizer.iterations.numpy())
 
 
-def with_extra_callback(monkeypatch, callback):
-    standard = _runner.standard_callbacks
-    monkeypatch.setattr(_runner, "standard_callbacks",
-                        lambda config, run_dir: [*standard(config, run_dir), callback])
+def fit_with(recipe, config, callback):
+    """`run`, with one more callback after the standard ones."""
+    experiment = recipe.build(config)
+    model = experiment.model
+    model.fit(**{**experiment.fit_args, "callbacks": [*experiment.callbacks, callback]})
+    return experiment.finish(model.evaluate(experiment.data.test, return_dict=True, verbose=0))
 
 
-def test_rerun_continues_at_epoch_2_with_saved_state(tiny_config, tmp_path, monkeypatch):
-    config = tiny_config("mnist_mlp", "train.epochs=3")
+@pytest.mark.slow
+@pytest.mark.parametrize("first_mode, then_mode", [("graph", "graph"), ("eager", "xla")])
+def test_rerun_continues_at_epoch_2_with_saved_state(first_mode, then_mode, tiny_config, tmp_path):
     recipe = recipes.load("mnist_mlp")
-
-    with monkeypatch.context() as patch:
-        with_extra_callback(patch, StopAfterFirstEpoch())
-        with pytest.raises(KeyboardInterrupt):
-            recipe.run(config)
+    with pytest.raises(KeyboardInterrupt):
+        fit_with(recipe, tiny_config("mnist_mlp", "train.epochs=3",
+                                     f"execution.mode={first_mode}"), StopAfterFirstEpoch())
     run_dir = tmp_path / "run"
     assert not (run_dir / "metrics.json").exists()
     saved = keras.saving.load_model(run_dir / "checkpoints" / "last.keras")
 
     probe = RecordStartingState()
-    with monkeypatch.context() as patch:
-        with_extra_callback(patch, probe)
-        metrics = recipe.run(config)
+    metrics = fit_with(recipe, tiny_config("mnist_mlp", "train.epochs=3",
+                                           f"execution.mode={then_mode}"), probe)
 
     # BackupAndRestore restored epoch 1's weights and optimizer before epoch 2.
     assert probe.iterations == 2  # two steps per epoch, one epoch done
@@ -58,34 +60,36 @@ def test_rerun_continues_at_epoch_2_with_saved_state(tiny_config, tmp_path, monk
     with (run_dir / "history.csv").open() as file:
         assert [row["epoch"] for row in csv.DictReader(file)] == ["0", "1", "2"]
     assert metrics["epochs_completed"] == 3
+    assert metrics["mode_used"] == then_mode
 
 
 def test_resume_finds_the_latest_unfinished_run(tiny_config, tmp_path, monkeypatch):
-    monkeypatch.setattr(_runner, "RUNS_DIR", tmp_path / "runs")
+    monkeypatch.chdir(tmp_path)  # runs/ is relative to where the command runs
     unfinished = tmp_path / "runs" / "mnist_mlp" / "20260101-000000"
     unfinished.mkdir(parents=True)
     config = tiny_config("mnist_mlp", "run.dir=null", "run.resume=true")
-    (unfinished / "config.yaml").write_text(_runner.dump(config))
-    assert _runner._run_dir(config) == unfinished
+    (unfinished / "config.yaml").write_text(_config.dump(config))
+    assert _rundir.choose(config).resolve() == unfinished
 
     (unfinished / "metrics.json").write_text("{}")
     with pytest.raises(UserError, match="no unfinished run to resume"):
-        _runner._run_dir(config)
+        _rundir.choose(config)
 
 
 def test_resume_refuses_a_finished_run_or_a_changed_config(tiny_config, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "config.yaml").write_text(_runner.dump(tiny_config("mnist_mlp")))
+    (run_dir / "config.yaml").write_text(_config.dump(tiny_config("mnist_mlp")))
     with pytest.raises(UserError, match="differs in data.batch_size"):
-        _runner._run_dir(tiny_config("mnist_mlp", "data.batch_size=8"))
-    # More epochs is a resumable change.
-    _runner._run_dir(tiny_config("mnist_mlp", "train.epochs=5"))
+        _rundir.choose(tiny_config("mnist_mlp", "data.batch_size=8"))
+    # More epochs, or another execution mode, are resumable changes.
+    _rundir.choose(tiny_config("mnist_mlp", "train.epochs=5", "execution.mode=xla"))
     (run_dir / "metrics.json").write_text("{}")
     with pytest.raises(UserError, match="holds a finished run"):
-        _runner._run_dir(tiny_config("mnist_mlp"))
+        _rundir.choose(tiny_config("mnist_mlp"))
 
 
+@pytest.mark.slow
 def test_cli_interrupt_says_how_to_resume(tmp_path):
     """A real SIGINT in the middle of training: a message, not a traceback."""
     import signal
@@ -104,3 +108,27 @@ def test_cli_interrupt_says_how_to_resume(tmp_path):
     assert process.returncode == 130, stderr
     assert "run.resume=true" in stderr
     assert "Traceback" not in stderr
+
+
+@pytest.mark.slow
+def test_an_exported_model_serves_without_this_code(tiny_config, tmp_path):
+    """run.export=true: a SavedModel that plain TensorFlow loads and runs,
+    in a process that cannot import this repository."""
+    metrics = recipes.load("graph_lessons").run(tiny_config("graph_lessons", "run.export=true"))
+    run_dir = tmp_path / "run"
+    model = keras.saving.load_model(run_dir / "checkpoints" / "last.keras")
+    images = np.random.default_rng(0).uniform(size=(3, 28, 28, 1)).astype("float32")
+    np.save(tmp_path / "images.npy", images)
+    script = ("import json, sys, numpy as np, tensorflow as tf; "
+              "served = tf.saved_model.load(sys.argv[1]); "
+              "out = served.serve(tf.constant(np.load(sys.argv[2]))).numpy(); "
+              "print(json.dumps({'out': out.tolist(), "
+              "'ours': [m for m in sys.modules if m.split('.')[0] in ('models', 'recipes')]}))")
+    result = subprocess.run([sys.executable, "-c", script, str(run_dir / "saved_model"),
+                             str(tmp_path / "images.npy")], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    served = json.loads(result.stdout.strip().splitlines()[-1])
+    assert served["ours"] == []
+    np.testing.assert_allclose(served["out"], model.predict(images, verbose=0), rtol=1e-5)
+    assert metrics["epochs_completed"] == 1
