@@ -16,7 +16,7 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe sweep compare compare-sizes benchmark preview benchmark-augment graph test tensorboard clean
+.PHONY: help setup list show recipe sweep compare compare-sizes benchmark preview benchmark-augment graph test test-fast tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
@@ -30,6 +30,7 @@ help:
 	@echo "make show NAME=<recipe> [ARGS=...]                 print its resolved config"
 	@echo "make list                                          every recipe"
 	@echo "make test                                          the offline test suite"
+	@echo "make test-fast                                     its config, model and unit tests: no training"
 	@echo "make tensorboard                                   TensorBoard on runs/"
 	@echo "make setup [GPU=1]                                 create .venv (GPU=1: CUDA build)"
 
@@ -91,6 +92,10 @@ graph: $(INSTALLED)
 
 test: $(INSTALLED)
 	$(PY) -m pytest -q tests
+
+# The tests that train nothing and start no process (not marked slow).
+test-fast: $(INSTALLED)
+	$(PY) -m pytest -q -m "not slow" tests
 
 tensorboard: $(INSTALLED)
 	@mkdir -p runs
