@@ -14,8 +14,10 @@ from recipes import RUNS_DIR, UserError
 from recipes._config import dump
 
 # Keys that may change between a run and its resumption: where and how long
-# it runs, and how it executes (a run trained eagerly may go on under XLA).
-RESUMABLE_KEYS = {"run", "train.epochs", "execution"}
+# it runs, and how its steps execute (a run trained eagerly may go on under
+# XLA). Not the precision: mixed_float16 adds loss-scale state, and Keras'
+# BackupAndRestore then silently starts over from epoch 0.
+RESUMABLE_KEYS = {"run", "train.epochs", "execution.mode", "execution.steps_per_execution"}
 
 
 def create(run_dir, config):
@@ -56,8 +58,9 @@ def choose(config):
         changed = _changed_keys(yaml.safe_load((run_dir / "config.yaml").read_text()), config)
         if changed:
             raise UserError(f"Cannot resume {run_dir}: its config differs in "
-                            f"{', '.join(changed)}. Only run.*, train.epochs and "
-                            "execution.* may change; use the same settings, or another run.dir.")
+                            f"{', '.join(changed)}. Only run.*, train.epochs, execution.mode "
+                            "and execution.steps_per_execution may change; use the same "
+                            "settings, or another run.dir.")
         print(f"resuming the run in {run_dir} from its last finished epoch")
     return run_dir
 

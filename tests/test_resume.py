@@ -82,6 +82,8 @@ def test_resume_refuses_a_finished_run_or_a_changed_config(tiny_config, tmp_path
     (run_dir / "config.yaml").write_text(_config.dump(tiny_config("mnist_mlp")))
     with pytest.raises(UserError, match="differs in data.batch_size"):
         _rundir.choose(tiny_config("mnist_mlp", "data.batch_size=8"))
+    with pytest.raises(UserError, match="differs in execution.precision"):
+        _rundir.choose(tiny_config("mnist_mlp", "execution.precision=mixed_float16"))
     # More epochs, or another execution mode, are resumable changes.
     _rundir.choose(tiny_config("mnist_mlp", "train.epochs=5", "execution.mode=xla"))
     (run_dir / "metrics.json").write_text("{}")
