@@ -16,16 +16,20 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe sweep compare compare-sizes benchmark preview benchmark-augment graph test test-fast tensorboard clean
+.PHONY: help setup list show recipe sweep compare compare-sizes benchmark benchmark-lessons preview benchmark-augment benchmark-data curves graph test test-fast tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
 	@echo "make sweep NAME=<recipe> GRID=\"k=[a,b] ...\" [ARGS=...] every combination, with a results table"
+	@echo "    ... ONE_AT_A_TIME=1                             or each value alone, from the recipe's settings"
+	@echo "make curves RUNS=\"runs/NAME/<timestamp> ...\"        PNG: validation accuracy against training time"
 	@echo "make compare NAME=<recipe> [ARGS=\"modes=... steps=N repeats=N\"] time each execution mode"
 	@echo "make compare-sizes NAME=<recipe> [ARGS=...]        the same at four model sizes, with a plot"
 	@echo "make benchmark                                     fit's overhead and input wait, per recipe module"
+	@echo "make benchmark-lessons                             the tf.function lessons' timings"
 	@echo "make preview NAME=<recipe> [ARGS=...]              PNG of training images before/after augmentation"
 	@echo "make benchmark-augment [NAME=<recipe>]             augmentation images/s; training on host vs device"
+	@echo "make benchmark-data NAME=<recipe> [ARGS=...]       the input pipeline's images/s, without training"
 	@echo "make graph NAME=<recipe> [ARGS=...]                training-step graph for TensorBoard, no training"
 	@echo "make show NAME=<recipe> [ARGS=...]                 print its resolved config"
 	@echo "make list                                          every recipe"
@@ -58,7 +62,12 @@ recipe: $(INSTALLED)
 # Each word of GRID is one --grid: no spaces inside a list.
 sweep: $(INSTALLED)
 	@test -n "$(NAME)" -a -n "$(GRID)" || { echo 'usage: make sweep NAME=<recipe> GRID="model.growth_rate=[12,24] train.lr=[0.05,0.1]" [ARGS="key=value ..."]'; exit 2; }
-	@$(PY) -m recipes sweep $(NAME) $(foreach item,$(GRID),--grid '$(item)') $(ARGS)
+	@$(PY) -m recipes sweep $(NAME) $(foreach item,$(GRID),--grid '$(item)') \
+	    $(if $(ONE_AT_A_TIME),--one-at-a-time) $(ARGS)
+
+curves: $(INSTALLED)
+	@test -n "$(RUNS)" || { echo 'usage: make curves RUNS="runs/NAME/<timestamp> ..."'; exit 2; }
+	@$(PY) -m recipes curves $(RUNS)
 
 compare compare-sizes: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make $@ NAME=<recipe> [ARGS=\"modes=eager,graph steps=30 key=value ...\"]"; exit 2; }
@@ -77,6 +86,17 @@ benchmark: $(INSTALLED)
 	    steps=$(BENCHMARK_STEPS) repeats=$(BENCHMARK_REPEATS) $(ARGS) || exit $$?; \
 	done
 
+# The tf.function lessons' numbers: the LSTM stepped in Python, eager against
+# graph; a whole epoch in one tf.function against a tf.function per step and
+# against steps_per_execution. Not a test: it reports.
+benchmark-lessons: $(INSTALLED)
+	@$(PY) -m recipes compare graph_lessons modes=eager,graph,xla,loop_eager,loop_function \
+	    steps=$(BENCHMARK_STEPS) repeats=$(BENCHMARK_REPEATS) $(ARGS) || exit $$?
+	@for name in mnist_mlp cifar10_cnn; do \
+	  $(PY) -m recipes compare $$name modes=graph,graph_spe,loop_function,loop_epoch \
+	    steps=$(BENCHMARK_STEPS) repeats=$(BENCHMARK_REPEATS) $(ARGS) || exit $$?; \
+	done
+
 preview: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make preview NAME=<recipe> [ARGS=\"data.augment=[pad_crop,flip,cutmix]\"]"; exit 2; }
 	@$(PY) -m recipes preview $(NAME) $(ARGS)
@@ -85,6 +105,10 @@ preview: $(INSTALLED)
 # pipeline on host and on device. Not a test: it reports.
 benchmark-augment: $(INSTALLED)
 	@$(PY) -m recipes augment-benchmark $(or $(NAME),densenet_cifar100_modern) steps=$(BENCHMARK_STEPS) $(ARGS)
+
+benchmark-data: $(INSTALLED)
+	@test -n "$(NAME)" || { echo "usage: make benchmark-data NAME=<recipe> [ARGS=\"data.source=folder data.path=DIR\"]"; exit 2; }
+	@$(PY) -m recipes data-benchmark $(NAME) $(ARGS)
 
 graph: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make graph NAME=<recipe> [ARGS=\"execution.mode=xla\"]"; exit 2; }

@@ -1,7 +1,8 @@
 """Keras callbacks this repository adds to what `keras.callbacks` provides."""
 
+from callbacks.diagnostics import Diagnostics
 from callbacks.execution_mode_check import ExecutionModeCheck, execution_mode
 from callbacks.graph_writer import GraphWriter
 from callbacks.timing import Timing
 
-__all__ = ["ExecutionModeCheck", "GraphWriter", "Timing", "execution_mode"]
+__all__ = ["Diagnostics", "ExecutionModeCheck", "GraphWriter", "Timing", "execution_mode"]

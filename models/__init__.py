@@ -7,8 +7,9 @@ that a saved `.keras` file loads again.
 from models.augmented import AugmentedModel, network_of
 from models.densenet import densenet, densenet_variant
 from models.mlp import mlp
+from models.mnist_cnn import mnist_cnn
 from models.rnn import PythonLoopLSTM, row_lstm
 from models.simple_cnn import simple_cnn
 
 __all__ = ["AugmentedModel", "PythonLoopLSTM", "densenet", "densenet_variant", "mlp",
-           "network_of", "row_lstm", "simple_cnn"]
+           "mnist_cnn", "network_of", "row_lstm", "simple_cnn"]

@@ -10,7 +10,8 @@ def mlp(input_shape, num_classes, hidden_units=(512, 512), dropout=0.2, name="ml
     Args:
         input_shape: shape of one input, e.g. `(28, 28, 1)`; it is flattened.
         num_classes: number of output classes.
-        hidden_units: width of each hidden `Dense` layer, in order.
+        hidden_units: width of each hidden `Dense` layer, in order; none
+            makes it a softmax (multinomial logistic) regression.
         dropout: dropout rate after each hidden layer; 0 for none.
         name: the model's name.
 

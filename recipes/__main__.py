@@ -1,5 +1,6 @@
 """Command line: `python -m recipes list | show | run | sweep | compare | compare-sizes |
-preview | augment-benchmark | graph`; `python -m recipes -h` says what each does.
+preview | augment-benchmark | data-benchmark | graph | curves`; `python -m recipes -h`
+says what each does.
 
 Each command imports what it needs when it runs: `list` and `show` answer
 without importing TensorFlow.
@@ -11,7 +12,7 @@ import signal
 import sys
 
 import recipes
-from recipes import UserError, _config
+from recipes import UserError, _config, _environment
 
 # TensorFlow's C++ start-up notices are noise to a reader of a training log.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -23,6 +24,11 @@ def main(argv=None):
         description="Train Keras 3 recipes in eager, graph or XLA mode.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("list", help="every recipe, with a one-line description")
+    curves = commands.add_parser("curves", help="plot validation accuracy against training "
+                                                "time for one or more runs")
+    curves.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="runs/NAME/<timestamp>")
+    curves.add_argument("--out", metavar="PNG", help="default: RUN_DIR/accuracy_vs_time.png "
+                                                     "of the first run")
     for command, help_text in (("run", "train a recipe"),
                                ("show", "print a recipe's resolved config as YAML"),
                                ("sweep", "train every combination of --grid values; "
@@ -36,7 +42,9 @@ def main(argv=None):
                                ("graph", "write the training step's graph for TensorBoard, "
                                          "and AutoGraph's code, without training"),
                                ("augment-benchmark", "time each augmentation, and training with "
-                                                     "it on host and device (option steps=N)")):
+                                                     "it on host and device (option steps=N)"),
+                               ("data-benchmark", "time the input pipeline alone: loading, "
+                                                  "then training batches/s (option steps=N)")):
         sub = commands.add_parser(command, help=help_text)
         sub.add_argument("name", help="recipe name (see `list`)")
         sub.add_argument("overrides", nargs="*", metavar="key=value",
@@ -49,10 +57,14 @@ def main(argv=None):
             sub.add_argument("--dir", metavar="DIR",
                              help="where the runs and tables go; default: "
                                   "runs/sweeps/NAME/<id of the command>")
+            sub.add_argument("--one-at-a-time", action="store_true",
+                             help="vary one key at a time from the recipe's settings, instead "
+                                  "of every combination")
     # key=value items may also follow options (`sweep NAME --grid ... k=v`),
     # which argparse leaves over.
     args, extra = parser.parse_known_args(argv)
-    if extra and (args.command == "list" or any(item.startswith("-") for item in extra)):
+    if extra and (args.command in ("list", "curves")
+                  or any(item.startswith("-") for item in extra)):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
         args.overrides += extra
@@ -63,12 +75,27 @@ def main(argv=None):
             print(f"{name:<{width}}  {recipes.description(name)}")
         return 0
 
+    if args.command not in ("list", "curves"):
+        # Resolved now, before any command imports TensorFlow: a typo fails at
+        # once, and execution.onednn can still reach TensorFlow's start.
+        tool_options = {"modes", "steps", "repeats", "size"}
+        _environment.request_onednn(_config.resolve(
+            args.name, args.config,
+            [item for item in args.overrides if item.partition("=")[0] not in tool_options],
+            announce=lambda line: None))
+
+    if args.command == "curves":
+        from recipes import _curves
+
+        _curves.curves(args.run_dirs, args.out)
+        return 0
     if args.command == "sweep":
         from recipes import _sweep
 
-        _sweep.sweep(args.name, args.grid, args.config, args.overrides, args.dir)
+        _sweep.sweep(args.name, args.grid, args.config, args.overrides, args.dir,
+                     one_at_a_time=args.one_at_a_time)
         return 0
-    if args.command in ("compare", "compare-sizes", "augment-benchmark"):
+    if args.command in ("compare", "compare-sizes", "augment-benchmark", "data-benchmark"):
         from recipes import _compare
     if args.command in ("compare", "compare-sizes"):
         options, overrides = _compare.split_options(args.overrides,
@@ -94,6 +121,13 @@ def main(argv=None):
         options, overrides = _compare.split_options(args.overrides, {"steps"})
         steps = _compare.parse_count("steps", options.get("steps", str(_compare.DEFAULT_STEPS)), 2)
         _augment_bench.benchmark(args.name, steps, args.config, overrides)
+        return 0
+    if args.command == "data-benchmark":
+        from recipes import _data_bench
+
+        options, overrides = _compare.split_options(args.overrides, {"steps"})
+        steps = _compare.parse_count("steps", options.get("steps", "200"), 2)
+        _data_bench.benchmark(args.name, steps, args.config, overrides)
         return 0
     if args.command == "graph":
         from recipes import _graph

@@ -29,7 +29,7 @@ DEFAULTS = {
         "validation_split": 0.1,  # fraction of the training split held out
         "synthetic_examples": 2048,  # training examples for data.source=synthetic
         "shuffle_buffer": 10000,
-        "cache": True,  # keep decoded uint8 images in memory after the first epoch
+        "cache": True,  # tfds: keep decoded uint8 images in memory after the first epoch
         "augment": [],  # training-only operations, in order: see recipes/_augment.py
         "augment_on": "auto",  # device (in the training step) or host (tf.data); auto: device on a GPU
         "augment_engine": "keras_cv",  # or keras: Keras core's layers under the same names
@@ -45,6 +45,7 @@ DEFAULTS = {
         "steps_per_execution": 1,
         "precision": "float32",  # float32 | mixed_float16 | mixed_bfloat16
         "seed": 0,
+        "onednn": None,  # oneDNN's CPU kernels: null keeps TensorFlow's choice; true/false set it
     },
     "callbacks": {
         "tensorboard": True,
@@ -52,6 +53,7 @@ DEFAULTS = {
         "monitor": "val_accuracy",  # what decides the best checkpoint
         "graph": False,  # write the training step's graph to TensorBoard (graph and xla modes)
         "profile": None,  # START,END: profile those training steps for TensorBoard's Profile tab
+        "diagnostics": False,  # activation and gradient histograms, input images: why it does not train
     },
     "run": {
         "dir": None,  # None: runs/NAME/<timestamp>
@@ -70,6 +72,7 @@ TYPES = {
     "run.dir": str,
     "callbacks.profile": (str, int, list),
     "run.verbose": (str, int),
+    "execution.onednn": bool,
 }
 
 CHOICES = {

@@ -1,7 +1,12 @@
 """Input pipelines: tensorflow-datasets, synthetic tensors, or an image folder.
 
+An image folder is decoded once into uint8 arrays and cached next to it
+(`_folder_arrays`), so that each run, and each run of a sweep, does not
+decode every file again.
+
 Every source yields uint8 images and int labels, which go through the same
-pipeline: cache the decoded uint8 images, shuffle, batch, scale to float32 in
+pipeline: cache the decoded uint8 images (tfds; the others are arrays in
+memory already), shuffle, batch, scale to float32 in
 [0, 1] on whole batches, one-hot the labels if the recipe asks, augment
 (training only, when `data.augment_on` places it on the host; see
 `recipes/_augment.py`), prefetch. Training batches drop
@@ -10,9 +15,9 @@ the remainder, so every step has one shape and XLA compiles once.
 
 import dataclasses
 import socket
+import time
 from pathlib import Path
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -46,6 +51,7 @@ class Data:
     train_examples: int
     batch_size: int
     steps_per_epoch: int
+    evaluated_on: str  # what `test` holds: "test", or "validation" for a folder without test/
     one_hot: bool  # labels are one-hot vectors rather than class indices
     augment: object  # (images, labels) -> (images, labels), or None
     augment_on: str  # "host" (already in `train`), "device" (for models.AugmentedModel) or None
@@ -74,7 +80,7 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False):
     augment = _augment.pipeline(data_config["augment"], one_hot, seed,
                                 data_config["augment_engine"])
     augment_on = _augment.placement(data_config["augment_on"]) if augment else None
-    source = data_config["source"]
+    source, evaluated_on = data_config["source"], "test"
     if source == "tfds":
         train, validation, test = _tfds_splits(data_config)
     elif source == "synthetic":
@@ -82,6 +88,8 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False):
                                                     num_classes, seed)
     else:
         train, validation, test, num_classes = _folder_splits(data_config, input_shape)
+        if test is None:
+            test, evaluated_on = validation, "validation"
 
     batch_size = data_config["batch_size"]
     train_examples = _count(train)
@@ -96,7 +104,10 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False):
         images = tf.cast(images, tf.float32) / 255.0
         return images, tf.one_hot(labels, num_classes) if one_hot else labels
 
-    def batches(dataset, training, cache=data_config["cache"]):
+    # Synthetic and folder data are arrays in memory already; tfds decodes records.
+    in_memory = source != "tfds"
+
+    def batches(dataset, training, cache=data_config["cache"] and not in_memory):
         if cache:
             dataset = dataset.cache()
         if training:
@@ -121,6 +132,7 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False):
         train_examples=train_examples,
         batch_size=batch_size,
         steps_per_epoch=steps_per_epoch or train_examples // batch_size,
+        evaluated_on=evaluated_on,
         one_hot=one_hot,
         augment=augment,
         augment_on=augment_on,
@@ -188,37 +200,89 @@ def _synthetic_splits(data_config, input_shape, num_classes, seed):
 
 
 def _folder_splits(data_config, input_shape):
-    """`data.path/{train,test}/<class>/*.png|jpg`, resized to `input_shape`."""
+    """`data.path/train/<class>/*.png|jpg`, and `test/<class>/*` if there is
+    one (else the test split is None), resized to `input_shape`; the
+    validation images are a seeded random `data.validation_split` of train."""
     if data_config["path"] is None:
         raise UserError("data.source=folder needs data.path=DIR, a folder "
-                        "with train/<class>/*.png and test/<class>/*.png.")
+                        "with train/<class>/*.png or *.jpg (and optionally test/<class>/).")
     root = Path(data_config["path"]).expanduser()
-    for split in ("train", "test"):
-        folder = root / split
-        if not folder.is_dir() or not any(
-                p.suffix.lower() in IMAGE_SUFFIXES for p in folder.glob("*/*")):
-            raise UserError(f"{folder} is missing or holds no <class>/*.png "
-                            "or *.jpg images; data.source=folder expects "
-                            "data.path/train/<class>/ and data.path/test/<class>/.")
-    color_mode = "grayscale" if input_shape[-1] == 1 else "rgb"
+    images, labels, classes = _folder_arrays(root / "train", input_shape)
+    order = np.random.default_rng(0).permutation(len(labels))
+    held_out = max(1, round(len(labels) * data_config["validation_split"]))
+    kept, validation = order[held_out:], order[:held_out]
+    splits = [tf.data.Dataset.from_tensor_slices((images[part], labels[part]))
+              for part in (kept, validation)]
+    if (root / "test").is_dir():
+        test_images, test_labels, test_classes = _folder_arrays(root / "test", input_shape)
+        if test_classes != classes:
+            raise UserError(f"{root}/test has classes {test_classes} but "
+                            f"{root}/train has {classes}; they must match.")
+        splits.append(tf.data.Dataset.from_tensor_slices((test_images, test_labels)))
+    else:
+        print(f"{root} has no test/ folder: the run evaluates on its "
+              f"{held_out:,} validation images.", flush=True)
+        splits.append(None)
+    return (*splits, len(classes))
 
-    def read(folder, subset=None):
-        return keras.utils.image_dataset_from_directory(
-            folder, labels="inferred", label_mode="int", color_mode=color_mode,
-            image_size=input_shape[:2], batch_size=None, shuffle=subset is not None,
-            seed=0, validation_split=data_config["validation_split"] if subset else None,
-            subset=subset, verbose=False)
 
-    train = read(root / "train", "training")
-    validation = read(root / "train", "validation")
-    test = read(root / "test")
-    if test.class_names != train.class_names:
-        raise UserError(f"{root}/test has classes {test.class_names} but "
-                        f"{root}/train has {train.class_names}; they must match.")
-    num_classes = len(train.class_names)
+# Bump when the cached arrays' layout changes.
+CACHE_VERSION = 1
 
-    def to_uint8(image, label):
-        return tf.cast(tf.round(image), tf.uint8), label
 
-    return (*(d.map(to_uint8, num_parallel_calls=AUTOTUNE)
-              for d in (train, validation, test)), num_classes)
+def _folder_arrays(folder, input_shape):
+    """A folder of `<class>/*` images as uint8 arrays of `input_shape`, their
+    labels (class folders in sorted order) and the class names.
+
+    Decoding thousands of small files costs far more than training reads
+    them, so the arrays are cached in `<folder>/../.cache/`. The cache holds
+    the folder's fingerprint (number of images, their total size and newest
+    modification time) and is decoded again when any of these changes.
+    """
+    files = sorted(p for p in folder.glob("*/*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise UserError(f"{folder} is missing or holds no <class>/*.png or *.jpg images; "
+                        "data.source=folder expects data.path/train/<class>/.")
+    stats = [path.stat() for path in files]
+    fingerprint = np.array([CACHE_VERSION, len(files), sum(s.st_size for s in stats),
+                            max(s.st_mtime_ns for s in stats)], dtype=np.int64)
+    height, width, channels = input_shape
+    cache = folder.parent / ".cache" / f"{folder.name}-{height}x{width}x{channels}.npz"
+    started = time.perf_counter()
+    try:
+        with np.load(cache) as cached:
+            if np.array_equal(cached["fingerprint"], fingerprint):
+                found = cached["images"], cached["labels"], list(cached["classes"])
+                print(f"loaded the {len(files):,} images of {folder} from {cache} in "
+                      f"{time.perf_counter() - started:.1f} s", flush=True)
+                return found
+    except (OSError, ValueError, KeyError):
+        pass  # no cache yet, or an unreadable one: decode
+
+    classes = sorted({path.parent.name for path in files})
+    labels = np.array([classes.index(path.parent.name) for path in files], dtype=np.int64)
+    print(f"decoding the {len(files):,} images in {folder} (once: they are cached)...",
+          flush=True)
+
+    def decode(path):
+        image = tf.io.decode_image(tf.io.read_file(path), channels=channels,
+                                   expand_animations=False)
+        image = tf.image.resize(image, (height, width))  # bilinear; the same size is a no-op
+        return tf.cast(tf.round(image), tf.uint8)
+
+    paths = tf.data.Dataset.from_tensor_slices([str(path) for path in files])
+    images = np.concatenate(list(paths.map(decode, num_parallel_calls=AUTOTUNE)
+                                 .batch(1024).as_numpy_iterator()))
+    seconds = time.perf_counter() - started
+    try:
+        cache.parent.mkdir(exist_ok=True)
+        partial = cache.with_suffix(".partial.npz")  # renamed when complete
+        np.savez(partial, images=images, labels=labels, classes=np.array(classes),
+                 fingerprint=fingerprint)
+        partial.replace(cache)
+        where = f"cached in {cache}"
+    except OSError as error:
+        where = f"not cached ({error}): they will be decoded again next time"
+    print(f"decoded {len(files):,} images in {seconds:.1f} s "
+          f"({len(files) / seconds:,.0f} images/s); {where}", flush=True)
+    return images, labels, classes

@@ -3,11 +3,37 @@
 import importlib.metadata
 import os
 import platform
+import sys
 from pathlib import Path
+
+from recipes import UserError
 
 # CPU features that decide TensorFlow's kernels: with AVX-512 VNNI, BF16 or
 # AMX it runs oneDNN's (_Mkl*) instead of Eigen's.
 CPU_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
+
+
+def request_onednn(config):
+    """Sets `TF_ENABLE_ONEDNN_OPTS` as `execution.onednn` asks (null: leave
+    TensorFlow's own choice, which turns oneDNN's kernels on only for CPUs
+    with AVX-512 VNNI or newer).
+
+    TensorFlow reads the variable once, when it starts: the command line
+    calls this before importing it, and `_experiment.prepare` calls it again
+    to refuse a run whose TensorFlow started with another setting.
+    """
+    wanted = config["execution"]["onednn"]
+    if wanted is None:
+        return
+    value = "1" if wanted else "0"
+    if os.environ.get("TF_ENABLE_ONEDNN_OPTS") == value:
+        return
+    if "tensorflow" in sys.modules:
+        raise UserError(
+            f"execution.onednn={str(wanted).lower()} takes effect only before TensorFlow "
+            "starts, and it has started in this process without it. Run the recipe with "
+            f"`python -m recipes` (or make), or set TF_ENABLE_ONEDNN_OPTS={value} first.")
+    os.environ["TF_ENABLE_ONEDNN_OPTS"] = value
 
 
 def versions():
@@ -33,6 +59,8 @@ def device_info():
     return {"gpus": gpus, "cpu": name,
             "cpu_cores": len(os.sched_getaffinity(0)),
             "cpu_features": [feature for feature in CPU_FEATURES if feature in flags],
+            # Unset: TensorFlow's choice (oneDNN kernels with AVX-512 VNNI or newer).
+            "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
             "platform": platform.platform()}
 
 

@@ -9,7 +9,7 @@ import warnings
 
 import keras
 
-from callbacks import ExecutionModeCheck, GraphWriter, Timing, execution_mode
+from callbacks import Diagnostics, ExecutionModeCheck, GraphWriter, Timing, execution_mode
 from models import AugmentedModel, network_of
 from recipes import UserError, _environment, _rundir
 
@@ -21,6 +21,7 @@ def prepare(config):
     Call it before building anything random, the input pipeline included:
     tf.data fixes its random ops' seeds when it traces them.
     """
+    _environment.request_onednn(config)  # refuses a setting TensorFlow started without
     # Our pipelines shuffle themselves; fit's shuffle=True warns for nothing.
     warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
     keras.backend.clear_session()
@@ -81,6 +82,12 @@ class Experiment:
         self.timing = Timing(batch_size=data.batch_size)
         self.train = self.timing.instrument(data.train)
         self.callbacks = [self.timing, *standard_callbacks(config, run_dir)]
+        if config["callbacks"]["diagnostics"]:
+            # The first training images, before augmentation: not from `train`,
+            # whose every new iterator (and augmentation call) moves on the
+            # random state that training then sees.
+            self.callbacks.append(Diagnostics(run_dir / "tensorboard" / "diagnostics",
+                                              next(iter(data.train_plain))))
         self.run_dir = _rundir.create(run_dir, config)
 
     @property
@@ -121,6 +128,8 @@ class Experiment:
             "final": epochs[-1] if epochs else {},
             "best": _best_epoch(epochs, config["callbacks"]["monitor"]),
             "test": {k: float(v) for k, v in test_metrics.items()},
+            # "validation" when the data has no test split (a folder without test/).
+            "evaluated_on": self.data.evaluated_on,
             "timing": self.timing.summary(),
             "versions": _environment.versions(),
             "device": _environment.device_info(),
@@ -128,7 +137,8 @@ class Experiment:
         (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
 
         t = metrics["timing"]
-        print(f"\n{name}: test " + ", ".join(f"{k} {v:.4f}" for k, v in metrics["test"].items()))
+        split = "test" if self.data.evaluated_on == "test" else "test on the validation images"
+        print(f"\n{name}: {split}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics["test"].items()))
         if t["step_ms_median"] is not None:
             print(f"mode {metrics['mode_used']}, {t['step_ms_median']:.1f} ms/step, "
                   f"{t['images_per_s']:.0f} images/s, trace {t['trace_s']:.2f} s")

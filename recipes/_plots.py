@@ -47,6 +47,20 @@ def sizes(rows, title, path):
     _save(figure, path)
 
 
+def accuracy_vs_time(lines, path):
+    """Validation accuracy against cumulative training minutes, one line per
+    `(label, minutes, accuracy)`."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(7, 4))
+    for label, minutes, accuracy in lines:
+        axis.plot(minutes, accuracy, marker="o", markersize=3, label=label)
+    axis.set_xlabel("training time, minutes (epochs and their validation)")
+    axis.set_ylabel("validation accuracy")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    _save(figure, path)
+
+
 def image_grid(rows, row_names, title, path):
     """Rows of images with their labels; a soft label shows its two largest classes."""
     plt = _pyplot()

@@ -17,7 +17,8 @@ from recipes._config import dump
 # it runs, and how its steps execute (a run trained eagerly may go on under
 # XLA). Not the precision: mixed_float16 adds loss-scale state, and Keras'
 # BackupAndRestore then silently starts over from epoch 0.
-RESUMABLE_KEYS = {"run", "train.epochs", "execution.mode", "execution.steps_per_execution"}
+RESUMABLE_KEYS = {"run", "train.epochs", "execution.mode", "execution.steps_per_execution",
+                  "execution.onednn"}
 
 
 def create(run_dir, config):

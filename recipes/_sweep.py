@@ -3,6 +3,10 @@
     python -m recipes sweep densenet_cifar100 --grid "model.growth_rate=[12,24]" \
         --grid "train.lr=[0.05,0.1]" train.epochs=30
 
+With `--one-at-a-time`, each key's values are tried alone, the other keys
+keeping the recipe's own settings (which run first, as the baseline): a
+first look at which setting matters, for the cost of one run per value.
+
 Each combination trains in its own run directory under the sweep's directory,
 which is named after the command, so running the same command again skips the
 combinations that finished and resumes the one that was interrupted. After
@@ -42,20 +46,31 @@ def parse_grid(item, option="--grid"):
     return key.strip(), values
 
 
-def sweep(name, grid_items, config_files=(), overrides=(), sweep_dir=None):
-    """Runs every combination of `grid_items` on recipe `name`; returns the table rows."""
+def sweep(name, grid_items, config_files=(), overrides=(), sweep_dir=None, one_at_a_time=False):
+    """Runs every combination of `grid_items` on recipe `name` (or, with
+    `one_at_a_time`, the recipe's settings and each value alone); returns the
+    table rows."""
     grid = [parse_grid(item) for item in grid_items]
     keys = [key for key, _ in grid]
     if len(set(keys)) != len(keys):
         raise UserError(f"A key appears in more than one --grid: {', '.join(keys)}.")
     if sweep_dir is None:
-        sweep_dir = RUNS_DIR / "sweeps" / name / _command_id(grid, config_files, overrides)
+        sweep_dir = RUNS_DIR / "sweeps" / name / _command_id(grid, config_files, overrides,
+                                                             one_at_a_time)
     sweep_dir = Path(sweep_dir)
+
+    if one_at_a_time:
+        base = _config.resolve(name, config_files, overrides, announce=lambda line: None)
+        baseline = {key: _lookup(base, key) for key in keys}
+        all_settings = [baseline] + [{**baseline, key: value} for key, values in grid
+                                     for value in values if value != baseline[key]]
+    else:
+        all_settings = [dict(zip(keys, values))
+                        for values in itertools.product(*(values for _, values in grid))]
 
     # Resolve every combination first: a typo fails now, not after hours.
     combinations = []
-    for values in itertools.product(*(values for _, values in grid)):
-        settings = dict(zip(keys, values))
+    for settings in all_settings:
         label = ",".join(f"{key}={_text(value)}" for key, value in settings.items())
         run_dir = sweep_dir / re.sub(r"[^\w.,=-]+", "_", label)
         items = [*overrides, *(f"{key}={json.dumps(value)}" for key, value in settings.items()),
@@ -85,10 +100,21 @@ def _text(value):
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _command_id(grid, config_files, overrides):
+def _lookup(config, key):
+    """The value of dotted `key` in `config`, or a UserError naming it."""
+    node = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise UserError(f"Unknown config key '{key}' in --grid.")
+        node = node[part]
+    return node
+
+
+def _command_id(grid, config_files, overrides, one_at_a_time):
     """A short name for the sweep command, ignoring `run.*` overrides."""
     kept = [item for item in overrides if not item.startswith("run.")]
-    text = json.dumps([grid, [str(p) for p in config_files], kept])
+    text = json.dumps([grid, [str(p) for p in config_files], kept]
+                      + (["one at a time"] if one_at_a_time else []))
     return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 

@@ -21,6 +21,9 @@ TINY = [
     "train.epochs=1",
     "train.steps_per_epoch=2",
     "run.verbose=0",
+    # TensorFlow started with the test process: oneDNN's setting is whatever
+    # it started with (the command line sets it; tests/test_environment.py).
+    "execution.onednn=null",
 ]
 
 

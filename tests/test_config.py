@@ -88,7 +88,7 @@ def test_missing_or_malformed_config_file(tmp_path):
 def test_unknown_recipe_lists_the_closest_and_all():
     with pytest.raises(UserError) as error:
         _config.resolve("mnist_mpl")
-    assert "Unknown recipe 'mnist_mpl'. Did you mean mnist_mlp?" in str(error.value)
+    assert "Unknown recipe 'mnist_mpl'. Did you mean mnist_mlp," in str(error.value)
     assert "cifar10_cnn" in str(error.value)
 
 

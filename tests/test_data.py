@@ -26,14 +26,15 @@ def test_synthetic_batches_have_the_dataset_shapes():
     assert sum(int(x.shape[0]) for x, _ in data.test) == 4
 
 
-def write_folder(root, classes=("cat", "dog"), per_class=6):
+def write_folder(root, classes=("cat", "dog"), per_class=6, splits=("train", "test"),
+                 size=(40, 50)):
     rng = np.random.default_rng(0)
-    for split in ("train", "test"):
+    for split in splits:
         for name in classes:
             folder = root / split / name
             folder.mkdir(parents=True)
             for index in range(per_class):
-                pixels = rng.integers(0, 256, size=(40, 50, 3), dtype=np.uint8)
+                pixels = rng.integers(0, 256, size=(*size, 3), dtype=np.uint8)
                 keras.utils.save_img(folder / f"{index}.png", pixels)
 
 
@@ -48,6 +49,45 @@ def test_folder_source_resizes_to_the_recipe_input(tmp_path):
     assert sum(int(x.shape[0]) for x, _ in data.test) == 12
 
 
+def test_folder_images_are_decoded_once_and_cached_until_the_folder_changes(tmp_path, capsys):
+    write_folder(tmp_path)
+    config = data_config("data.source=folder", f"data.path={tmp_path}",
+                         "data.validation_split=0.25", "data.batch_size=4")
+    first = _data.load(config)
+    assert capsys.readouterr().out.count("decoding the 12 images") == 2  # train/ and test/
+    assert (tmp_path / ".cache" / "train-32x32x3.npz").exists()
+
+    again = _data.load(config)
+    assert "decoding" not in capsys.readouterr().out
+    for (a, _), (b, _) in zip(first.validation, again.validation):
+        np.testing.assert_array_equal(a, b)
+
+    keras.utils.save_img(tmp_path / "train" / "cat" / "new.png",
+                         np.zeros((40, 50, 3), dtype=np.uint8))
+    changed = _data.load(config)
+    assert "decoding the 13 images" in capsys.readouterr().out
+    assert changed.train_examples == 13 - round(13 * 0.25)
+
+
+def test_folder_images_keep_their_pixels_and_class_labels(tmp_path):
+    write_folder(tmp_path, classes=("a", "b"), per_class=3, size=(32, 32))
+    images, labels, classes = _data._folder_arrays(tmp_path / "train", (32, 32, 3))
+    assert classes == ["a", "b"] and labels.tolist() == [0, 0, 0, 1, 1, 1]
+    np.testing.assert_array_equal(images[4], keras.utils.img_to_array(
+        keras.utils.load_img(tmp_path / "train" / "b" / "1.png")).astype(np.uint8))
+
+
+@pytest.mark.slow
+def test_without_a_test_folder_a_run_evaluates_on_the_validation_images(tmp_path, tiny_config):
+    write_folder(tmp_path / "images", splits=("train",), per_class=10)
+    config = tiny_config("cifar10_cnn", "data.source=folder", f"data.path={tmp_path / 'images'}",
+                         "data.batch_size=4", "data.augment=[]")
+    metrics = recipes.load("cifar10_cnn").run(config)
+    assert metrics["evaluated_on"] == "validation"
+    # The same images, the same final weights: the last epoch's validation loss.
+    assert metrics["test"]["loss"] == pytest.approx(metrics["final"]["val_loss"], rel=1e-5)
+
+
 @pytest.mark.slow
 def test_folder_source_trains_a_recipe(tmp_path, tiny_config):
     write_folder(tmp_path / "images", classes=("a", "b", "c"))
@@ -55,12 +95,15 @@ def test_folder_source_trains_a_recipe(tmp_path, tiny_config):
                          f"data.path={tmp_path / 'images'}", "data.batch_size=4")
     metrics = recipes.load("cifar10_cnn").run(config)
     assert metrics["epochs_completed"] == 1
-    assert metrics["params"] > 0
+    # The folder's three classes size the classifier: 32x32 -> 30 -> 15 -> 13 -> 6.
+    convolutions = (3 * 9 * 32 + 32) + (32 * 9 * 32 + 32) + (32 * 9 * 64 + 64) + (64 * 9 * 64 + 64)
+    assert metrics["params"] == convolutions + (6 * 6 * 64 * 512 + 512) + (512 * 3 + 3)
 
 
 @pytest.mark.parametrize("overrides, message", [
     (["data.source=folder"], "needs data.path=DIR"),
     (["data.source=folder", "data.path=/nonexistent"], "/nonexistent/train is missing"),
+    (["data.source=folder", "data.path=/nonexistent"], "data.source=folder expects data.path/train/<class>/"),
     (["data.source=synthetic", "data.synthetic_examples=4"], "fewer than data.batch_size=8"),
     (["data.source=synthetic", "data.name=imagenet"], "Unknown data.name 'imagenet'"),
     (["data.source=synthetic", "data.validation_split=0"], "between 0 and 1"),
@@ -80,3 +123,14 @@ def test_tfds_without_data_or_network_fails_fast_with_advice(tmp_path, monkeypat
     assert time.monotonic() - started < 60
     assert "data.source=synthetic" in str(error.value)
     assert "data.dir=PATH" in str(error.value)
+
+
+@pytest.mark.slow
+def test_the_data_benchmark_times_the_recipe_pipeline(tmp_path, monkeypatch, capsys):
+    from recipes import _data_bench
+
+    monkeypatch.chdir(tmp_path)  # runs/ is relative to where the command runs
+    result = _data_bench.benchmark("cifar10_cnn", steps=5, overrides=[
+        "data.source=synthetic", "data.synthetic_examples=64", "data.batch_size=8"])
+    assert (result["batch_size"], result["augment_on"], result["train_examples"]) == (8, "host", 64)
+    assert f"delivers {result['images_per_s']:,.0f} images/s" in capsys.readouterr().out

@@ -1,8 +1,11 @@
 """`python -m recipes sweep`: every combination, the results table, resuming."""
 
 import csv
+import json
+import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,9 +21,14 @@ def test_two_combination_sweep_writes_the_table_and_resumes(tmp_path, capsys):
 
     assert [row["train.lr"] for row in rows] == [0.05, 0.1]
     for row in rows:
-        assert row["params"] == rows[0]["params"] > 0
-        assert 0 <= row["best_val_accuracy"] <= 1 and 0 <= row["test_accuracy"] <= 1
-        assert row["s_per_epoch"] > 0 and row["mode"] == "graph"
+        metrics = json.loads((Path(row["run_dir"]) / "metrics.json").read_text())
+        with (Path(row["run_dir"]) / "history.csv").open() as file:
+            val_accuracy = [float(epoch["val_accuracy"]) for epoch in csv.DictReader(file)]
+        assert row["params"] == metrics["trainable_params"] == rows[0]["params"]
+        assert row["best_val_accuracy"] == round(max(val_accuracy), 4)
+        assert row["test_accuracy"] == round(metrics["test"]["accuracy"], 4)
+        assert row["s_per_epoch"] == round(statistics.median(metrics["timing"]["epoch_s"]), 2)
+        assert row["mode"] == "graph"
     with (tmp_path / "results.csv").open() as file:
         table = list(csv.DictReader(file))
     assert [r["train.lr"] for r in table] == ["0.05", "0.1"]
@@ -36,6 +44,17 @@ def test_two_combination_sweep_writes_the_table_and_resumes(tmp_path, capsys):
                         overrides=overrides, sweep_dir=tmp_path) == rows
     assert capsys.readouterr().out.count("finished before, skipped") == 2
     assert [path.stat().st_mtime_ns for path in finished] == stamps
+
+
+@pytest.mark.slow
+def test_one_at_a_time_varies_each_key_alone_from_the_recipe_settings(tmp_path):
+    rows = _sweep.sweep("mnist_mlp", ["train.lr=[0.001,0.01]", "model.dropout=[0.0]"],
+                        overrides=[*TINY, "model.hidden_units=[8]"], sweep_dir=tmp_path,
+                        one_at_a_time=True)
+    # The recipe's own lr (0.001) and dropout (0.2) first; each change alone.
+    assert [(row["train.lr"], row["model.dropout"]) for row in rows] == [
+        (0.001, 0.2), (0.01, 0.2), (0.001, 0.0)]
+    assert len(list(tmp_path.glob("*/metrics.json"))) == 3
 
 
 @pytest.mark.parametrize("grid, message", [

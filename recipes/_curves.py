@@ -1,0 +1,48 @@
+"""`python -m recipes curves RUN_DIR [RUN_DIR ...]`: validation accuracy against wall time.
+
+Reads each run's `history.csv` (its `time_epoch_s` column, from the `Timing`
+callback, and `val_accuracy`) and draws one line per run: what a time budget
+buys. Writes `accuracy_vs_time.png` into the first run directory, or `--out`.
+"""
+
+import csv
+import itertools
+from pathlib import Path
+
+import yaml
+
+from recipes import UserError, _plots
+
+
+def read_curve(run_dir):
+    """`(label, minutes, val_accuracy)`: cumulative epoch wall time and the
+    validation accuracy after each epoch of the run in `run_dir`."""
+    run_dir = Path(run_dir)
+    history = run_dir / "history.csv"
+    if not history.is_file():
+        raise UserError(f"{run_dir} holds no history.csv: give the directory of a run "
+                        "(runs/NAME/<timestamp>).")
+    with history.open() as file:
+        rows = list(csv.DictReader(file))
+    if not rows or "val_accuracy" not in rows[0] or "time_epoch_s" not in rows[0]:
+        raise UserError(f"{history} has no val_accuracy and time_epoch_s columns.")
+    minutes = list(itertools.accumulate(float(row["time_epoch_s"]) / 60 for row in rows))
+    config_path = run_dir / "config.yaml"
+    name = (yaml.safe_load(config_path.read_text())["recipe"] if config_path.is_file()
+            else run_dir.name)
+    return f"{name} ({run_dir.name})", minutes, [float(row["val_accuracy"]) for row in rows]
+
+
+def curves(run_dirs, out=None):
+    """Draws the runs' curves; returns the PNG's path."""
+    if not run_dirs:
+        raise UserError("curves needs at least one run directory.")
+    lines = [read_curve(run_dir) for run_dir in run_dirs]
+    path = Path(out) if out else Path(run_dirs[0]) / "accuracy_vs_time.png"
+    _plots.accuracy_vs_time(lines, path)
+    for label, minutes, accuracy in lines:
+        best = max(range(len(accuracy)), key=accuracy.__getitem__)
+        print(f"{label}: best val_accuracy {accuracy[best]:.4f} at {minutes[best]:.1f} min "
+              f"(epoch {best + 1} of {len(accuracy)}, {minutes[-1]:.1f} min in all)")
+    print(f"plot: {path}")
+    return path

@@ -1,0 +1,40 @@
+"""`python -m recipes curves`: validation accuracy against wall time, from history.csv."""
+
+import csv
+
+import pytest
+
+from recipes import UserError, _curves
+
+
+def write_run(run_dir, epoch_seconds, accuracies):
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("recipe: cifar10_cnn\n")
+    with (run_dir / "history.csv").open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["epoch", "accuracy", "time_epoch_s", "val_accuracy"])
+        for epoch, (seconds, accuracy) in enumerate(zip(epoch_seconds, accuracies)):
+            writer.writerow([epoch, 0.5, seconds, accuracy])
+
+
+def test_minutes_accumulate_the_epochs_wall_time(tmp_path):
+    write_run(tmp_path / "a", [60, 120, 30], [0.4, 0.6, 0.55])
+    label, minutes, accuracy = _curves.read_curve(tmp_path / "a")
+    assert label == "cifar10_cnn (a)"
+    assert minutes == pytest.approx([1.0, 3.0, 3.5]) and accuracy == [0.4, 0.6, 0.55]
+
+
+def test_the_plot_has_a_line_per_run(tmp_path, capsys):
+    write_run(tmp_path / "a", [60, 60], [0.4, 0.6])
+    write_run(tmp_path / "b", [30, 30, 30], [0.3, 0.5, 0.7])
+    path = _curves.curves([tmp_path / "a", tmp_path / "b"])
+    assert path == tmp_path / "a" / "accuracy_vs_time.png"
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    printed = capsys.readouterr().out
+    assert "best val_accuracy 0.6000 at 2.0 min (epoch 2 of 2" in printed
+    assert "best val_accuracy 0.7000 at 1.5 min (epoch 3 of 3" in printed
+
+
+def test_a_directory_without_a_history_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="holds no history.csv"):
+        _curves.curves([tmp_path])

@@ -1,0 +1,35 @@
+"""execution.onednn reaches TensorFlow before it starts, or is refused."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import recipes
+from conftest import ROOT, TINY
+from recipes import UserError, _environment
+
+
+def test_a_setting_tensorflow_started_without_is_refused(tiny_config, monkeypatch):
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    with pytest.raises(UserError, match="execution.onednn=true takes effect only before TensorFlow"):
+        recipes.load("mnist_mlp").run(tiny_config("mnist_mlp", "execution.onednn=true"))
+
+
+def test_the_setting_tensorflow_started_with_is_accepted(tiny_config, monkeypatch):
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    _environment.request_onednn(tiny_config("mnist_mlp", "execution.onednn=false"))
+
+
+@pytest.mark.slow
+def test_the_command_line_sets_it_before_tensorflow_starts(tmp_path):
+    environment = {k: v for k, v in __import__("os").environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    result = subprocess.run(
+        [sys.executable, "-m", "recipes", "run", "mnist_mlp",
+         *[item for item in TINY if not item.startswith("execution.onednn")],
+         "execution.onednn=true", f"run.dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=180, env=environment)
+    assert result.returncode == 0, result.stderr[-2000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["device"]["TF_ENABLE_ONEDNN_OPTS"] == "1"
