@@ -16,10 +16,11 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe sweep compare compare-sizes benchmark benchmark-lessons preview benchmark-augment benchmark-data curves graph test test-fast tensorboard clean
+.PHONY: help setup list show recipe sweep compare compare-sizes benchmark benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph test test-fast tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
+	@echo "make recipe-multiworker NAME=<recipe> [WORKERS=2] [ARGS=...] train on N local worker processes"
 	@echo "make sweep NAME=<recipe> GRID=\"k=[a,b] ...\" [ARGS=...] every combination, with a results table"
 	@echo "    ... ONE_AT_A_TIME=1                             or each value alone, from the recipe's settings"
 	@echo "make curves RUNS=\"runs/NAME/<timestamp> ...\"        PNG: validation accuracy against training time"
@@ -30,6 +31,8 @@ help:
 	@echo "make preview NAME=<recipe> [ARGS=...]              PNG of training images before/after augmentation"
 	@echo "make benchmark-augment [NAME=<recipe>]             augmentation images/s; training on host vs device"
 	@echo "make benchmark-data NAME=<recipe> [ARGS=...]       the input pipeline's images/s, without training"
+	@echo "make memory NAME=revnet_cifar10 [ARGS=...]         peak memory of a training step per backprop and depth"
+	@echo "make benchmark-distributed [NAME=...] [DEVICES=cpu:2] images/s without and with MirroredStrategy"
 	@echo "make graph NAME=<recipe> [ARGS=...]                training-step graph for TensorBoard, no training"
 	@echo "make show NAME=<recipe> [ARGS=...]                 print its resolved config"
 	@echo "make list                                          every recipe"
@@ -58,6 +61,12 @@ show: $(INSTALLED)
 recipe: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make recipe NAME=<recipe> [ARGS=\"key=value ...\"]; recipes:"; $(PY) -m recipes list; exit 2; }
 	@$(PY) -m recipes run $(NAME) $(ARGS)
+
+# MultiWorkerMirroredStrategy on WORKERS local processes (README, "Distributed training").
+WORKERS ?= 2
+recipe-multiworker: $(INSTALLED)
+	@test -n "$(NAME)" || { echo "usage: make recipe-multiworker NAME=<recipe> [WORKERS=2] [ARGS=\"key=value ...\"]"; exit 2; }
+	@$(PY) -m recipes multiworker $(NAME) workers=$(WORKERS) $(ARGS)
 
 # Each word of GRID is one --grid: no spaces inside a list.
 sweep: $(INSTALLED)
@@ -109,6 +118,19 @@ benchmark-augment: $(INSTALLED)
 benchmark-data: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make benchmark-data NAME=<recipe> [ARGS=\"data.source=folder data.path=DIR\"]"; exit 2; }
 	@$(PY) -m recipes data-benchmark $(NAME) $(ARGS)
+
+# Images/s of graph-mode fit with no strategy and with MirroredStrategy, and
+# the scaling efficiency. DEVICES=cpu:2 splits the CPU in two logical devices;
+# DEVICES= uses every GPU. Not a test: it reports.
+DEVICES ?= cpu:2
+benchmark-distributed: $(INSTALLED)
+	@$(PY) -m recipes scaling $(or $(NAME),cifar10_cnn) steps=$(BENCHMARK_STEPS) \
+	    repeats=$(BENCHMARK_REPEATS) execution.devices=$(or $(DEVICES),null) $(ARGS)
+
+# Peak memory and time of a RevNet training step, for each model.backprop and
+# variant (fresh processes). Not a test: it reports.
+memory: $(INSTALLED)
+	@$(PY) -m recipes memory $(or $(NAME),revnet_cifar10) $(ARGS)
 
 graph: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make graph NAME=<recipe> [ARGS=\"execution.mode=xla\"]"; exit 2; }

@@ -1,6 +1,7 @@
 """Command line: `python -m recipes list | show | run | sweep | compare | compare-sizes |
-preview | augment-benchmark | data-benchmark | graph | curves`; `python -m recipes -h`
-says what each does.
+preview | augment-benchmark | data-benchmark | memory | scaling | multiworker | graph |
+curves`;
+`python -m recipes -h` says what each does.
 
 Each command imports what it needs when it runs: `list` and `show` answer
 without importing TensorFlow.
@@ -44,7 +45,15 @@ def main(argv=None):
                                ("augment-benchmark", "time each augmentation, and training with "
                                                      "it on host and device (option steps=N)"),
                                ("data-benchmark", "time the input pipeline alone: loading, "
-                                                  "then training batches/s (option steps=N)")):
+                                                  "then training batches/s (option steps=N)"),
+                               ("memory", "peak memory and time of a training step for each "
+                                          "model.backprop and variant (options backprop=, "
+                                          "steps=)"),
+                               ("scaling", "images/s with no strategy and with "
+                                           "execution.strategy=mirrored, and the scaling "
+                                           "efficiency (options steps=, repeats=)"),
+                               ("multiworker", "train on N local worker processes with "
+                                               "MultiWorkerMirroredStrategy (option workers=N)")):
         sub = commands.add_parser(command, help=help_text)
         sub.add_argument("name", help="recipe name (see `list`)")
         sub.add_argument("overrides", nargs="*", metavar="key=value",
@@ -78,7 +87,7 @@ def main(argv=None):
     if args.command not in ("list", "curves"):
         # Resolved now, before any command imports TensorFlow: a typo fails at
         # once, and execution.onednn can still reach TensorFlow's start.
-        tool_options = {"modes", "steps", "repeats", "size"}
+        tool_options = {"modes", "steps", "repeats", "size", "backprop", "workers"}
         _environment.request_onednn(_config.resolve(
             args.name, args.config,
             [item for item in args.overrides if item.partition("=")[0] not in tool_options],
@@ -95,7 +104,8 @@ def main(argv=None):
         _sweep.sweep(args.name, args.grid, args.config, args.overrides, args.dir,
                      one_at_a_time=args.one_at_a_time)
         return 0
-    if args.command in ("compare", "compare-sizes", "augment-benchmark", "data-benchmark"):
+    if args.command in ("compare", "compare-sizes", "augment-benchmark", "data-benchmark",
+                        "memory", "scaling", "multiworker"):
         from recipes import _compare
     if args.command in ("compare", "compare-sizes"):
         options, overrides = _compare.split_options(args.overrides,
@@ -128,6 +138,27 @@ def main(argv=None):
         options, overrides = _compare.split_options(args.overrides, {"steps"})
         steps = _compare.parse_count("steps", options.get("steps", "200"), 2)
         _data_bench.benchmark(args.name, steps, args.config, overrides)
+        return 0
+    if args.command == "scaling":
+        options, overrides = _compare.split_options(args.overrides, {"steps", "repeats"})
+        steps = _compare.parse_count("steps", options.get("steps", str(_compare.DEFAULT_STEPS)), 2)
+        repeats = _compare.parse_count("repeats", options.get("repeats", "1"), 1)
+        _compare.scaling(args.name, steps, args.config, overrides, repeats)
+        return 0
+    if args.command == "multiworker":
+        from recipes import _multiworker
+
+        options, overrides = _compare.split_options(args.overrides, {"workers"})
+        workers = _compare.parse_count("workers", options.get("workers", "2"), 2)
+        _multiworker.launch(args.name, workers, args.config, overrides)
+        return 0
+    if args.command == "memory":
+        from recipes import _memory
+
+        options, overrides = _compare.split_options(args.overrides, {"steps", "backprop"})
+        steps = _compare.parse_count("steps", options.get("steps", str(_memory.DEFAULT_STEPS)), 1)
+        backprops = _memory.parse_backprops(options.get("backprop", ",".join(_memory.BACKPROPS)))
+        _memory.measure_all(args.name, backprops, steps, args.config, overrides)
         return 0
     if args.command == "graph":
         from recipes import _graph
@@ -165,7 +196,13 @@ if __name__ == "__main__":
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         status = 2
-    except Exception:
+    except Exception as error:
+        tf = sys.modules.get("tensorflow")
+        if tf is not None and isinstance(error, tf.errors.UnavailableError):
+            # A multi-worker run whose peer stopped: a situation, not a bug.
+            print("error: a worker of this multi-worker run stopped answering; finished "
+                  "epochs are saved: run the same command again to resume.", file=sys.stderr)
+            sys.exit(2)
         # Ctrl-C can land inside library code (a checkpoint being written,
         # say) that turns it into another exception: it is still Ctrl-C.
         if not interrupted:

@@ -149,6 +149,38 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
     return results
 
 
+SCALING_COLUMNS = ["strategy", "replicas", "global_batch", "step_ms_median", "images_per_s",
+                   "scaling_efficiency", "input_wait_fraction"]
+
+
+def scaling(name, steps=DEFAULT_STEPS, config_files=(), overrides=(), repeats=1, out_dir=None):
+    """Graph-mode `fit` with no strategy and with `mirrored`, at the same
+    per-replica batch: images/s and the scaling efficiency, global images/s
+    over (replicas x the single device's). Returns the rows."""
+    if out_dir is None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out_dir = RUNS_DIR / "scaling" / name / stamp
+    out_dir = Path(out_dir)
+    rows = []
+    for strategy in ("none", "mirrored"):
+        print(f"\n== execution.strategy={strategy}", flush=True)
+        results = compare(name, ["graph"], steps, config_files,
+                          [*overrides, f"execution.strategy={strategy}"], out_dir / strategy,
+                          repeats=repeats)
+        rows.append({"strategy": strategy, **results["rows"][0]})
+    single = rows[0]["images_per_s"]
+    for row in rows:
+        row["scaling_efficiency"] = row["images_per_s"] / (row["replicas"] * single)
+    write_csv(out_dir / "results.csv", SCALING_COLUMNS, rows)
+    table = markdown_table(SCALING_COLUMNS, rows, number_cell)
+    (out_dir / "table.md").write_text(table + "\n")
+    (out_dir / "results.json").write_text(json.dumps(
+        {"recipe": name, "steps": steps, "repeats": repeats, "rows": rows,
+         "device": results["device"], "versions": results["versions"]}, indent=2) + "\n")
+    print(f"\n{table}\n\nresults: {out_dir}/results.json, table.md")
+    return rows
+
+
 def compare_sizes(name, size_key=None, size_values=None, modes=DEFAULT_MODES, steps=DEFAULT_STEPS,
                   config_files=(), overrides=(), out_dir=None, repeats=1):
     """Runs `compare` at each model size; writes a CSV and a speedup-vs-parameters plot."""

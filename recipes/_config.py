@@ -39,6 +39,7 @@ DEFAULTS = {
         "epochs": 10,
         "steps_per_epoch": None,  # None: one pass over the training split
         "lr": 1e-3,
+        "scale_lr_with_batch": False,  # lr times the replicas: the linear scaling rule
     },
     "execution": {
         "mode": "graph",  # eager | graph | xla
@@ -46,6 +47,9 @@ DEFAULTS = {
         "precision": "float32",  # float32 | mixed_float16 | mixed_bfloat16
         "seed": 0,
         "onednn": None,  # oneDNN's CPU kernels: null keeps TensorFlow's choice; true/false set it
+        "strategy": "none",  # none | mirrored | multi_worker: tf.distribute data parallelism
+        "devices": None,  # mirrored: null, every GPU; cpu:N, the CPU as N logical devices
+        "timeout_s": 120,  # multi_worker: how long a worker waits for its peers to start
     },
     "callbacks": {
         "tensorboard": True,
@@ -73,6 +77,7 @@ TYPES = {
     "callbacks.profile": (str, int, list),
     "run.verbose": (str, int),
     "execution.onednn": bool,
+    "execution.devices": str,
 }
 
 CHOICES = {
@@ -81,6 +86,7 @@ CHOICES = {
     "data.augment_engine": ["keras_cv", "keras"],
     "execution.mode": ["eager", "graph", "xla"],
     "execution.precision": ["float32", "mixed_float16", "mixed_bfloat16"],
+    "execution.strategy": ["none", "mirrored", "multi_worker"],
     "run.verbose": ["auto", 0, 1, 2],
 }
 

@@ -49,7 +49,7 @@ class Data:
     input_shape: tuple
     num_classes: int
     train_examples: int
-    batch_size: int
+    batch_size: int  # the global batch: data.batch_size times the replicas
     steps_per_epoch: int
     evaluated_on: str  # what `test` holds: "test", or "validation" for a folder without test/
     one_hot: bool  # labels are one-hot vectors rather than class indices
@@ -57,7 +57,7 @@ class Data:
     augment_on: str  # "host" (already in `train`), "device" (for models.AugmentedModel) or None
 
 
-def load(data_config, seed=0, steps_per_epoch=None, one_hot=False):
+def load(data_config, seed=0, steps_per_epoch=None, one_hot=False, replicas=1):
     """Builds the train/validation/test pipelines that `data_config` asks for.
 
     Args:
@@ -67,6 +67,8 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False):
         one_hot: one-hot float labels instead of integers (for label
             smoothing); a mixing augmentation (MixUp, CutMix) turns them
             on, since it blends labels.
+        replicas: the strategy's replicas: batches hold `data.batch_size`
+            images for each, and `fit` splits them.
     """
     name = data_config["name"]
     if name not in DATASETS:
@@ -91,12 +93,13 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False):
         if test is None:
             test, evaluated_on = validation, "validation"
 
-    batch_size = data_config["batch_size"]
+    batch_size = data_config["batch_size"] * replicas  # the global batch
     train_examples = _count(train)
     if train_examples < batch_size:
         raise UserError(
-            f"The training split has {train_examples} examples, fewer than "
-            f"data.batch_size={batch_size}: lower the batch size"
+            f"The training split has {train_examples} examples, fewer than a batch of "
+            f"{batch_size} (data.batch_size={data_config['batch_size']} x {replicas} "
+            "replicas): lower the batch size"
             + (" or raise data.synthetic_examples." if source == "synthetic" else "."))
 
     def to_model_input(images, labels):

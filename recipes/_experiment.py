@@ -2,31 +2,49 @@
 the standard callbacks, and `Experiment`, the built recipe that `run` and the
 tools train."""
 
+import hashlib
 import json
 import math
 import sys
 import warnings
 
 import keras
+import numpy as np
 
 from callbacks import Diagnostics, ExecutionModeCheck, GraphWriter, Timing, execution_mode
 from models import AugmentedModel, network_of
-from recipes import UserError, _environment, _rundir
+from recipes import UserError, _distribute, _environment, _rundir
 
 
 def prepare(config):
-    """Starts a recipe from a clean slate: clears Keras' session, seeds every
-    random generator with `execution.seed` and sets the global dtype policy.
+    """Starts a recipe from a clean slate: sets up the devices, clears Keras'
+    session, seeds every random generator with `execution.seed` and sets the
+    global dtype policy.
 
     Call it before building anything random, the input pipeline included:
     tf.data fixes its random ops' seeds when it traces them.
+
+    Returns:
+        The `tf.distribute.Strategy` that `execution.strategy` names, to
+        build and compile the model in (TensorFlow's default one, a no-op,
+        for `none`).
     """
     _environment.request_onednn(config)  # refuses a setting TensorFlow started without
+    _distribute.request_devices(config)
     # Our pipelines shuffle themselves; fit's shuffle=True warns for nothing.
     warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
     keras.backend.clear_session()
     keras.utils.set_random_seed(config["execution"]["seed"])
     keras.mixed_precision.set_global_policy(config["execution"]["precision"])
+    return _distribute.strategy(config)
+
+
+def learning_rate(config, strategy):
+    """`train.lr`, times the replicas with `train.scale_lr_with_batch`: the
+    linear scaling rule, since each step then averages over that many more
+    images."""
+    scale = strategy.num_replicas_in_sync if config["train"]["scale_lr_with_batch"] else 1
+    return config["train"]["lr"] * scale
 
 
 def compile_options(config):
@@ -57,32 +75,40 @@ class Experiment:
     train exactly what the recipe trains.
 
     Creating one creates the run directory (or reuses it, to resume) and
-    writes the resolved `config.yaml` into it.
+    writes the resolved `config.yaml` into it. Under `multi_worker`, only
+    the chief (worker 0) writes the run's files there; each other worker
+    keeps its own training state in `workers/worker-I/` beside them.
 
     Args:
         config: the resolved config.
         model: the compiled model; an `AugmentedModel` when augmentation runs
             on the device.
         data: the `recipes._data.Data` it trains on.
+        strategy: the `tf.distribute.Strategy` the model was built in.
 
     Attributes:
-        run_dir: where the run writes.
+        run_dir: where this process writes.
+        chief: whether this process writes the run's files.
         timing: the `Timing` callback, also first in `callbacks`.
         train: `data.train` with the timing's input-wait stamp.
         callbacks: `timing`, then the standard callbacks `config` asks for.
     """
 
-    def __init__(self, config, model, data):
+    def __init__(self, config, model, data, strategy):
         if (data.augment_on == "device") != isinstance(model, AugmentedModel):
             raise ValueError("Augmentation placed on the device needs the model wrapped in "
                              f"models.AugmentedModel, and only then; data.augment_on="
                              f"{data.augment_on!r}, model: {type(model).__name__}.")
-        self.config, self.model, self.data = config, model, data
+        self.config, self.model, self.data, self.strategy = config, model, data, strategy
+        self.chief = _distribute.is_chief(config)
         run_dir = _rundir.choose(config)
+        if not self.chief:
+            run_dir = run_dir / "workers" / f"worker-{_distribute.worker_task()[0]}"
+        # Images/s and input wait count the global batch, every replica's.
         self.timing = Timing(batch_size=data.batch_size)
         self.train = self.timing.instrument(data.train)
-        self.callbacks = [self.timing, *standard_callbacks(config, run_dir)]
-        if config["callbacks"]["diagnostics"]:
+        self.callbacks = [self.timing, *standard_callbacks(config, run_dir, self.chief)]
+        if config["callbacks"]["diagnostics"] and self.chief:
             # The first training images, before augmentation: not from `train`,
             # whose every new iterator (and augmentation call) moves on the
             # random state that training then sees.
@@ -106,11 +132,12 @@ class Experiment:
         return "host" if self.data.augment_on == "host" else None
 
     def finish(self, test_metrics):
-        """Writes `metrics.json` into the run directory, prints a summary and
-        returns the metrics; exports the model first if `run.export` asks."""
+        """Writes `metrics.json` into the run directory (the chief only),
+        prints a summary and returns the metrics; exports the model first if
+        `run.export` asks."""
         config, model, run_dir = self.config, self.model, self.run_dir
         name = config["recipe"]
-        if config["run"]["export"]:
+        if config["run"]["export"] and self.chief:
             # A SavedModel serves without this repository's code (TF Serving, tf.saved_model.load).
             network_of(model).export(run_dir / "saved_model", verbose=False)
         epochs = _rundir.read_history(run_dir / "history.csv")
@@ -122,6 +149,12 @@ class Experiment:
             "precision": config["execution"]["precision"],
             "augment_on": self.augment_on,
             "augment_engine": config["data"]["augment_engine"] if self.data.augment else None,
+            "strategy": config["execution"]["strategy"],
+            "replicas": self.strategy.num_replicas_in_sync,
+            "global_batch": self.data.batch_size,
+            "lr": learning_rate(config, self.strategy),
+            # The same on every worker of a distributed run, or it went wrong.
+            "weights_sha256": weights_digest(model),
             "params": model.count_params(),
             "trainable_params": sum(math.prod(w.shape) for w in model.trainable_weights),
             "epochs_completed": len(epochs),
@@ -134,6 +167,10 @@ class Experiment:
             "versions": _environment.versions(),
             "device": _environment.device_info(),
         }
+        if not self.chief:
+            print(f"worker {_distribute.worker_task()[0]}: done, weights sha256 "
+                  f"{metrics['weights_sha256']}", flush=True)
+            return metrics
         (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
 
         t = metrics["timing"]
@@ -147,6 +184,14 @@ class Experiment:
         return metrics
 
 
+def weights_digest(model):
+    """A SHA-256 of the model's weights, to compare copies of one model."""
+    digest = hashlib.sha256()
+    for weights in model.get_weights():
+        digest.update(np.ascontiguousarray(weights).tobytes())
+    return digest.hexdigest()
+
+
 def fit_verbose(config):
     """`run.verbose` for `model.fit`: a progress bar only on a terminal."""
     verbose = config["run"]["verbose"]
@@ -155,8 +200,9 @@ def fit_verbose(config):
     return verbose
 
 
-def standard_callbacks(config, run_dir):
-    """Returns the callbacks every recipe trains with, as `config` asks.
+def standard_callbacks(config, run_dir, chief=True):
+    """Returns the callbacks every recipe trains with, as `config` asks; a
+    worker that is not the chief gets only those that write nothing shared.
 
     Put a `Timing` callback before these, so the TensorBoard and CSV logs
     record its numbers.
@@ -165,11 +211,14 @@ def standard_callbacks(config, run_dir):
     callbacks = [
         ExecutionModeCheck(config["execution"]["mode"]),
         keras.callbacks.TerminateOnNaN(),
-        keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
         # Saves the whole training state each epoch, and restores it when the
         # same run directory trains again: a kill loses one epoch at most.
+        # One directory per worker: Keras 3's is not multi-worker aware.
         keras.callbacks.BackupAndRestore(run_dir / "backup"),
     ]
+    if not chief:
+        return callbacks
+    callbacks.append(keras.callbacks.CSVLogger(run_dir / "history.csv", append=True))
     if chosen["graph"]:
         callbacks.append(GraphWriter(run_dir / "tensorboard" / "train"))
     if chosen["profile"] is not None and not chosen["tensorboard"]:

@@ -66,6 +66,8 @@ def measure(job):
     gpus = tf.config.list_physical_devices("GPU")
     row = {
         "mode": mode,
+        "replicas": experiment.strategy.num_replicas_in_sync,
+        "global_batch": experiment.data.batch_size,
         "mode_used": mode if mode.startswith("loop_") else execution_mode(model),
         "trace_s": trace_s,
         "step_ms_median": summary["step_ms_median"],

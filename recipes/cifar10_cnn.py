@@ -23,8 +23,9 @@ def build(config):
         An `Experiment`; its run directory exists and holds `config.yaml`.
     """
     # Seeds every random generator, the input pipeline's included, and sets
-    # the dtype policy, before anything is built.
-    _experiment.prepare(config)
+    # the dtype policy, before anything is built; `strategy` is
+    # tf.distribute's (execution.strategy), a no-op by default.
+    strategy = _experiment.prepare(config)
 
     # ## Data
     # uint8 images scaled to [0, 1] on whole batches; 10% of the training
@@ -32,30 +33,34 @@ def build(config):
     # `data.augment` (shifts and flips, as in the example) applies to training
     # batches only.
     data = _data.load(config["data"], seed=config["execution"]["seed"],
-                      steps_per_epoch=config["train"]["steps_per_epoch"])
+                      steps_per_epoch=config["train"]["steps_per_epoch"],
+                      replicas=strategy.num_replicas_in_sync)
 
     # ## Model
-    model = models.simple_cnn(
-        input_shape=data.input_shape,
-        num_classes=data.num_classes,
-        filters=config["model"]["filters"],
-        dense_units=config["model"]["dense_units"],
-        conv_dropout=config["model"]["conv_dropout"],
-        dense_dropout=config["model"]["dense_dropout"],
-    )
-    # Augmentation placed on the device runs inside fit's training step.
-    if data.augment_on == "device":
-        model = models.AugmentedModel(model, data.augment)
+    # Under tf.distribute, variables made in the strategy's scope are
+    # mirrored on every replica: build and compile the model there.
+    with strategy.scope():
+        model = models.simple_cnn(
+            input_shape=data.input_shape,
+            num_classes=data.num_classes,
+            filters=config["model"]["filters"],
+            dense_units=config["model"]["dense_units"],
+            conv_dropout=config["model"]["conv_dropout"],
+            dense_dropout=config["model"]["dense_dropout"],
+        )
+        # Augmentation placed on the device runs inside fit's training step.
+        if data.augment_on == "device":
+            model = models.AugmentedModel(model, data.augment)
 
-    # ## Training setup
-    # The execution mode (eager, graph or XLA) is only a compile argument.
-    model.compile(
-        optimizer=keras.optimizers.RMSprop(learning_rate=config["train"]["lr"]),
-        loss=_experiment.crossentropy(data),
-        metrics=["accuracy"],
-        **_experiment.compile_options(config),
-    )
-    return Experiment(config, model, data)
+        # ## Training setup
+        # The execution mode (eager, graph or XLA) is only a compile argument.
+        model.compile(
+            optimizer=keras.optimizers.RMSprop(learning_rate=_experiment.learning_rate(config, strategy)),
+            loss=_experiment.crossentropy(data),
+            metrics=["accuracy"],
+            **_experiment.compile_options(config),
+        )
+    return Experiment(config, model, data, strategy)
 
 
 def run(config):

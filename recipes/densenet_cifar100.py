@@ -20,7 +20,7 @@ import keras
 
 import models
 from models.densenet import variant_spec
-from recipes import UserError, _data, _experiment
+from recipes import UserError, _data, _experiment, _schedules
 from recipes._experiment import Experiment
 
 # Keys of configs/densenet_cifar100.yaml that its values do not type (null
@@ -54,43 +54,49 @@ def build(config):
     except ValueError as error:
         raise UserError(f"model: {error}") from None
     # Seeds every random generator, the input pipeline's included, and sets
-    # the dtype policy, before anything is built.
-    _experiment.prepare(config)
+    # the dtype policy, before anything is built; `strategy` is
+    # tf.distribute's (execution.strategy), a no-op by default.
+    strategy = _experiment.prepare(config)
 
     # ## Data
     # `data.augment` (pad-crop and flip for the paper) runs on training
     # batches only. One-hot labels, for label smoothing.
     data = _data.load(config["data"], seed=config["execution"]["seed"],
-                      steps_per_epoch=train_config["steps_per_epoch"], one_hot=True)
+                      steps_per_epoch=train_config["steps_per_epoch"], one_hot=True,
+                      replicas=strategy.num_replicas_in_sync)
 
     # ## Model
-    # Per-channel normalization with the training images' statistics, as a
-    # layer inside the model: a saved model takes plain [0, 1] images.
-    normalization = keras.layers.Normalization(axis=-1, name="normalization")
-    normalization.adapt(data.train_plain.map(lambda images, labels: images))
-    model = models.densenet(
-        data.input_shape, data.num_classes, **spec,
-        dropout=model_config["dropout"],
-        batch_norm=model_config["batch_norm"],
-        weight_decay=model_config["weight_decay"],  # an L2 penalty in each kernel
-        normalization=normalization,
-        api=model_config["api"],
-    )
-    # Augmentation placed on the device runs inside fit's training step.
-    if data.augment_on == "device":
-        model = models.AugmentedModel(model, data.augment)
+    # Under tf.distribute, variables made in the strategy's scope are
+    # mirrored on every replica: build and compile the model there.
+    with strategy.scope():
+        # Per-channel normalization with the training images' statistics, as a
+        # layer inside the model: a saved model takes plain [0, 1] images.
+        normalization = keras.layers.Normalization(axis=-1, name="normalization")
+        normalization.adapt(data.train_plain.map(lambda images, labels: images))
+        model = models.densenet(
+            data.input_shape, data.num_classes, **spec,
+            dropout=model_config["dropout"],
+            batch_norm=model_config["batch_norm"],
+            weight_decay=model_config["weight_decay"],  # an L2 penalty in each kernel
+            normalization=normalization,
+            api=model_config["api"],
+        )
+        # Augmentation placed on the device runs inside fit's training step.
+        if data.augment_on == "device":
+            model = models.AugmentedModel(model, data.augment)
 
-    # ## Training setup
-    # The schedule counts optimizer steps, which a resumed run restores.
-    schedule = learning_rate_schedule(train_config, data.steps_per_epoch)
-    model.compile(
-        optimizer=keras.optimizers.SGD(learning_rate=schedule,
-                                       momentum=train_config["momentum"], nesterov=True),
-        loss=_experiment.crossentropy(data, label_smoothing=train_config["label_smoothing"]),
-        metrics=["accuracy"],
-        **_experiment.compile_options(config),
-    )
-    return Experiment(config, model, data)
+        # ## Training setup
+        # The schedule counts optimizer steps, which a resumed run restores.
+        schedule = _schedules.learning_rate(train_config, data.steps_per_epoch,
+                                            _experiment.learning_rate(config, strategy))
+        model.compile(
+            optimizer=keras.optimizers.SGD(learning_rate=schedule,
+                                           momentum=train_config["momentum"], nesterov=True),
+            loss=_experiment.crossentropy(data, label_smoothing=train_config["label_smoothing"]),
+            metrics=["accuracy"],
+            **_experiment.compile_options(config),
+        )
+    return Experiment(config, model, data, strategy)
 
 
 def run(config):
@@ -110,30 +116,3 @@ def run(config):
     # ## Evaluation
     test_metrics = model.evaluate(experiment.data.test, return_dict=True, verbose=0)
     return experiment.finish(test_metrics)
-
-
-def learning_rate_schedule(train_config, steps_per_epoch):
-    """The learning rate per optimizer step that `train.schedule` names.
-
-    `step`: the paper's, `train.lr` divided by 10 at 50% and again at 75% of
-    the steps. `cosine`: a linear warm-up over `train.warmup_epochs`, then
-    cosine decay to 0. `constant`: `train.lr` throughout, after the warm-up
-    if there is one.
-    """
-    lr = train_config["lr"]
-    total = train_config["epochs"] * steps_per_epoch
-    warmup = train_config["warmup_epochs"] * steps_per_epoch
-    if train_config["schedule"] == "step":
-        # The rate moves on once `step` passes a boundary; step n is the (n+1)th.
-        return keras.optimizers.schedules.PiecewiseConstantDecay(
-            boundaries=[total // 2 - 1, total * 3 // 4 - 1], values=[lr, lr / 10, lr / 100])
-    if train_config["schedule"] == "constant" and not warmup:
-        return lr
-    if warmup >= total:
-        raise UserError(f"train.warmup_epochs={train_config['warmup_epochs']} leaves "
-                        f"no epoch of the {train_config['epochs']} to train after it; lower it.")
-    # alpha is the floor of the decay, as a fraction of lr: 1 keeps it constant.
-    return keras.optimizers.schedules.CosineDecay(
-        initial_learning_rate=0.0 if warmup else lr, decay_steps=total - warmup,
-        alpha=1.0 if train_config["schedule"] == "constant" else 0.0,
-        warmup_target=lr if warmup else None, warmup_steps=warmup)

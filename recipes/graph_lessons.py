@@ -167,26 +167,30 @@ def build(config):
     Returns:
         An `Experiment`; its run directory exists and holds `config.yaml`.
     """
-    _experiment.prepare(config)
+    strategy = _experiment.prepare(config)  # tf.distribute's, a no-op by default
 
     # ## Data
     # MNIST's 28 rows of 28 pixels are 28 time steps of 28 features.
     data = _data.load(config["data"], seed=config["execution"]["seed"],
-                      steps_per_epoch=config["train"]["steps_per_epoch"])
+                      steps_per_epoch=config["train"]["steps_per_epoch"],
+                      replicas=strategy.num_replicas_in_sync)
 
     # ## Model
-    model = models.row_lstm(data.input_shape, data.num_classes, units=config["model"]["units"])
-    if data.augment_on == "device":
-        model = models.AugmentedModel(model, data.augment)
+    # Built and compiled in the strategy's scope: mirrored under tf.distribute.
+    with strategy.scope():
+        model = models.row_lstm(data.input_shape, data.num_classes, units=config["model"]["units"])
+        if data.augment_on == "device":
+            model = models.AugmentedModel(model, data.augment)
 
-    # ## Training setup
-    model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate=config["train"]["lr"]),
-        loss=_experiment.crossentropy(data),
-        metrics=["accuracy"],
-        **_experiment.compile_options(config),
-    )
-    return Experiment(config, model, data)
+        # ## Training setup
+        model.compile(
+            optimizer=keras.optimizers.Adam(
+                learning_rate=_experiment.learning_rate(config, strategy)),
+            loss=_experiment.crossentropy(data),
+            metrics=["accuracy"],
+            **_experiment.compile_options(config),
+        )
+    return Experiment(config, model, data, strategy)
 
 
 def run(config):

@@ -33,37 +33,42 @@ def build(config):
         An `Experiment`; its run directory exists and holds `config.yaml`.
     """
     # Seeds every random generator, the input pipeline's included, and sets
-    # the dtype policy, before anything is built.
-    _experiment.prepare(config)
+    # the dtype policy, before anything is built; `strategy` is
+    # tf.distribute's (execution.strategy), a no-op by default.
+    strategy = _experiment.prepare(config)
 
     # ## Data
     # uint8 images scaled to [0, 1] on whole batches; 10% of the training
     # split is held out for validation, the test split is only for the end.
     data = _data.load(config["data"], seed=config["execution"]["seed"],
-                      steps_per_epoch=config["train"]["steps_per_epoch"])
+                      steps_per_epoch=config["train"]["steps_per_epoch"],
+                      replicas=strategy.num_replicas_in_sync)
 
     # ## Model
-    model = models.mlp(
-        input_shape=data.input_shape,
-        num_classes=data.num_classes,
-        hidden_units=config["model"]["hidden_units"],
-        dropout=config["model"]["dropout"],
-    )
-    # Augmentation placed on the device runs inside fit's training step.
-    if data.augment_on == "device":
-        model = models.AugmentedModel(model, data.augment)
+    # Under tf.distribute, variables made in the strategy's scope are
+    # mirrored on every replica: build and compile the model there.
+    with strategy.scope():
+        model = models.mlp(
+            input_shape=data.input_shape,
+            num_classes=data.num_classes,
+            hidden_units=config["model"]["hidden_units"],
+            dropout=config["model"]["dropout"],
+        )
+        # Augmentation placed on the device runs inside fit's training step.
+        if data.augment_on == "device":
+            model = models.AugmentedModel(model, data.augment)
 
-    # ## Training setup
-    # The execution mode (eager, graph or XLA) is only a compile argument.
-    optimizer = {"rmsprop": keras.optimizers.RMSprop, "sgd": keras.optimizers.SGD}[
-        config["train"]["optimizer"]]
-    model.compile(
-        optimizer=optimizer(learning_rate=config["train"]["lr"]),
-        loss=_experiment.crossentropy(data),
-        metrics=["accuracy"],
-        **_experiment.compile_options(config),
-    )
-    return Experiment(config, model, data)
+        # ## Training setup
+        # The execution mode (eager, graph or XLA) is only a compile argument.
+        optimizer = {"rmsprop": keras.optimizers.RMSprop, "sgd": keras.optimizers.SGD}[
+            config["train"]["optimizer"]]
+        model.compile(
+            optimizer=optimizer(learning_rate=_experiment.learning_rate(config, strategy)),
+            loss=_experiment.crossentropy(data),
+            metrics=["accuracy"],
+            **_experiment.compile_options(config),
+        )
+    return Experiment(config, model, data, strategy)
 
 
 def run(config):

@@ -7,11 +7,22 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Memory tests read the CPU allocator's peak, which TensorFlow keeps only with
+# its BFC allocator (or with oneDNN on): before TensorFlow starts.
+os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import tensorflow as tf  # noqa: E402
+
 import recipes  # noqa: E402
 from recipes import _config  # noqa: E402
+
+# Two logical CPU devices, set before TensorFlow initializes its devices, so
+# that MirroredStrategy tests (execution.devices=cpu:2) run in this process;
+# everything else runs on the first, as it would with one.
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 
 # A few steps on a handful of random examples: enough to exercise every stage.
 TINY = [
@@ -31,6 +42,7 @@ TINY = [
 TINY_MODEL = {
     "densenet_cifar100": ["model.depth=10", "model.growth_rate=4", "train.warmup_epochs=0"],
     "graph_lessons": ["model.units=8"],
+    "revnet_cifar10": ["model.init_filters=8", "model.units=[2,2,2]", "model.filters=[8,8,16]"],
 }
 
 

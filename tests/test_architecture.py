@@ -8,6 +8,7 @@ import sys
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import recipes
 from conftest import ROOT
@@ -79,7 +80,7 @@ def test_an_experiment_refuses_augmentation_placed_where_the_model_does_not_run_
     model = tiny_network()
     model.compile("sgd", "sparse_categorical_crossentropy")
     with pytest.raises(ValueError, match="needs the model wrapped in models.AugmentedModel"):
-        Experiment(config, model, data)
+        Experiment(config, model, data, tf.distribute.get_strategy())
 
 
 @pytest.mark.filterwarnings("error:`compile\\(\\)` was not called")

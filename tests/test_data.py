@@ -104,7 +104,7 @@ def test_folder_source_trains_a_recipe(tmp_path, tiny_config):
     (["data.source=folder"], "needs data.path=DIR"),
     (["data.source=folder", "data.path=/nonexistent"], "/nonexistent/train is missing"),
     (["data.source=folder", "data.path=/nonexistent"], "data.source=folder expects data.path/train/<class>/"),
-    (["data.source=synthetic", "data.synthetic_examples=4"], "fewer than data.batch_size=8"),
+    (["data.source=synthetic", "data.synthetic_examples=4"], "fewer than a batch of 8 (data.batch_size=8 x 1"),
     (["data.source=synthetic", "data.name=imagenet"], "Unknown data.name 'imagenet'"),
     (["data.source=synthetic", "data.validation_split=0"], "between 0 and 1"),
 ])

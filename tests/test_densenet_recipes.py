@@ -7,7 +7,7 @@ import pytest
 
 import recipes
 from recipes import UserError, _config, _data
-from recipes.densenet_cifar100 import learning_rate_schedule
+from recipes._schedules import learning_rate as learning_rate_schedule
 
 MODERN = _config.CONFIGS_DIR / "densenet_cifar100_modern.yaml"
 

@@ -1,0 +1,180 @@
+"""tf.distribute: MirroredStrategy in this process on two logical CPU
+devices, MultiWorkerMirroredStrategy on two local worker processes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import recipes
+from conftest import ROOT, TINY
+from recipes import UserError, _distribute, _multiworker
+
+MODULES = sorted({recipes.module_of(name) for name in recipes.names()})
+MIRRORED = ["execution.strategy=mirrored", "execution.devices=cpu:2"]
+
+
+def one_step_weights(tiny_config, tmp_path, label, *overrides):
+    # SGD: RMSprop's first step is about lr * sign(gradient), which turns
+    # float rounding in near-zero gradients into whole steps.
+    config = tiny_config("mnist_mlp", "model.dropout=0.0", "train.steps_per_epoch=1",
+                         "train.optimizer=sgd", "train.lr=0.1",
+                         # A training split of exactly one batch: under a strategy, fit
+                         # draws a batch to build the model and restarts the shuffled
+                         # dataset, whose next pass comes in another order.
+                         "data.synthetic_examples=32",
+                         f"run.dir={tmp_path / label}", *overrides)
+    experiment = recipes.load("mnist_mlp").build(config)
+    before = experiment.model.get_weights()
+    experiment.model.fit(**{**experiment.fit_args, "validation_data": None, "callbacks": []})
+    return experiment, before, experiment.model.get_weights()
+
+
+def test_one_mirrored_step_equals_one_step_on_the_whole_batch(tiny_config, tmp_path):
+    """Two replicas of 16 images each, against one device with 32."""
+    single, initial, expected = one_step_weights(tiny_config, tmp_path, "single",
+                                                 "data.batch_size=32")
+    mirrored, same_start, found = one_step_weights(tiny_config, tmp_path, "mirrored",
+                                                   "data.batch_size=16", *MIRRORED)
+    assert (single.strategy.num_replicas_in_sync, mirrored.strategy.num_replicas_in_sync) == (1, 2)
+    assert single.data.batch_size == mirrored.data.batch_size == 32
+    assert all(np.array_equal(a, b) for a, b in zip(initial, same_start))  # seeded alike
+    assert any(not np.allclose(a, b) for a, b in zip(initial, expected))  # the step moved them
+    for a, b in zip(expected, found):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODULES)
+def test_every_recipe_trains_mirrored(name, tiny_config):
+    metrics = recipes.load(name).run(tiny_config(name, *MIRRORED, "data.batch_size=8"))
+    assert (metrics["strategy"], metrics["replicas"], metrics["global_batch"]) == ("mirrored", 2, 16)
+    assert metrics["mode_used"] == "graph" and metrics["epochs_completed"] == 1
+
+
+def test_the_learning_rate_scales_with_the_replicas(tiny_config, tmp_path):
+    experiment, _, _ = one_step_weights(tiny_config, tmp_path, "scaled", "data.batch_size=16",
+                                        "train.scale_lr_with_batch=true", "train.lr=0.01",
+                                        *MIRRORED)
+    assert experiment.model.optimizer.learning_rate.numpy() == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("devices", ["gpu:2", "cpu:0", "cpu"])
+def test_bad_devices_are_user_errors(devices, tiny_config):
+    with pytest.raises(UserError, match="execution.devices takes cpu:N"):
+        _distribute.request_devices(tiny_config("mnist_mlp", f"execution.devices={devices}"))
+
+
+def cli(*args, env=None, timeout=240):
+    return subprocess.run([sys.executable, "-m", "recipes", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.slow
+def test_multi_worker_without_tf_config_is_a_one_line_error():
+    result = cli("run", "mnist_mlp", *TINY, "execution.strategy=multi_worker",
+                 env={"TF_CONFIG": ""})
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("error: execution.strategy=multi_worker needs "
+                                            "TF_CONFIG")
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def worker_pids(run_dir, index):
+    """Processes of this machine that run worker `index` of `run_dir` (Linux)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            text = environ.read_bytes().decode(errors="replace")
+            command = (environ.parent / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if f"run.dir={run_dir}" in command and f'"index": {index}}}' in text:
+            found.append(int(environ.parent.name))
+    return found
+
+
+@pytest.mark.slow
+def test_two_workers_train_one_model_resume_after_a_kill_and_only_the_chief_writes(
+        tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    args = ["mnist_mlp", *TINY, "train.epochs=3", "train.steps_per_epoch=150",
+            "data.synthetic_examples=512", "model.hidden_units=[16]", "run.verbose=2", f"run.dir={run_dir}"]
+    launcher = subprocess.Popen([sys.executable, "-m", "recipes", "multiworker", args[0],
+                                 "workers=2", *args[1:]], cwd=ROOT, text=True, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+    history = run_dir / "history.csv"
+    deadline = time.monotonic() + 180
+    while not (history.exists() and len(history.read_text().splitlines()) == 2):
+        assert launcher.poll() is None and time.monotonic() < deadline, launcher.stderr.read()
+        time.sleep(0.2)
+    # Into the next epoch: Keras writes the backup in place, and a kill while
+    # it writes leaves a file that cannot be read (README, "Distributed training").
+    time.sleep(1.5)
+    assert (run_dir / "workers" / "worker-1" / "backup").is_dir()  # its own, not the chief's
+    for pid in worker_pids(run_dir, 1):
+        os.kill(pid, signal.SIGKILL)
+    assert launcher.wait(timeout=120) == 2
+    assert "error: worker 1 failed" in launcher.stderr.read()
+
+    _multiworker.launch(args[0], 2, overrides=args[1:])  # the same command again
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert (metrics["strategy"], metrics["replicas"], metrics["epochs_completed"]) == (
+        "multi_worker", 2, 3)
+    assert [line.split(",")[0] for line in history.read_text().splitlines()[1:]] == [
+        "0", "1", "2"]
+    assert (run_dir / "checkpoints" / "last.keras").exists()
+    worker = run_dir / "workers"
+    assert not (worker / "worker-1" / "checkpoints").exists()
+    assert not (worker / "worker-1" / "metrics.json").exists()
+    log = (worker / "worker-1.log").read_text()
+    assert log.count("Epoch 1/3") == 1  # the restarted worker went on from epoch 2
+    assert f"worker 1: done, weights sha256 {metrics['weights_sha256']}" in log
+    assert "TF_CONFIG='" in capsys.readouterr().out  # how to run it on hosts
+
+
+@pytest.mark.slow
+def test_a_worker_without_peers_fails_within_its_timeout(tmp_path):
+    lonely = _multiworker.tf_config([f"localhost:{port}" for port in _multiworker.free_ports(2)], 0)
+    started = time.monotonic()
+    result = cli("run", "mnist_mlp", *TINY, "execution.strategy=multi_worker",
+                 "execution.timeout_s=10", f"run.dir={tmp_path}", env={"TF_CONFIG": lonely})
+    assert time.monotonic() - started < 120
+    assert result.returncode != 0, result.stderr[-2000:]
+    assert "error: worker 0 could not reach its peers" in result.stderr and "Traceback" not in result.stderr
+
+
+PLAIN_STRATEGY_WORKER = """
+import json, os, sys
+import numpy as np, tensorflow as tf, keras
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+    model.compile("sgd", "sparse_categorical_crossentropy")
+data = tf.data.Dataset.from_tensor_slices((np.ones((16, 4), "float32"), np.zeros(16))).batch(8)
+try:
+    model.fit(data.repeat(), steps_per_epoch=2, verbose=0)
+    print("plain strategy trained")
+except Exception as error:
+    print("plain strategy failed:", type(error).__name__)
+"""
+
+
+@pytest.mark.slow
+def test_keras_still_needs_the_multi_worker_workaround():
+    """keras-team/keras#20585: when this fails, Keras trains with the plain
+    strategy; drop recipes._distribute.MultiWorkerStrategy."""
+    cluster = [f"localhost:{port}" for port in _multiworker.free_ports(2)]
+    workers = [subprocess.Popen(
+        [sys.executable, "-c", PLAIN_STRATEGY_WORKER], cwd=ROOT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env={**os.environ, "TF_CONFIG": _multiworker.tf_config(cluster, index)})
+        for index in range(2)]
+    outputs = [worker.communicate(timeout=240)[0] for worker in workers]
+    assert all("plain strategy failed: ValueError" in output for output in outputs), outputs
