@@ -8,8 +8,10 @@ from models.augmented import AugmentedModel, network_of
 from models.densenet import densenet, densenet_variant
 from models.mlp import mlp
 from models.mnist_cnn import mnist_cnn
+from models.revnet import EntryUnit, ReversibleStage, revnet, revnet_variant
 from models.rnn import PythonLoopLSTM, row_lstm
 from models.simple_cnn import simple_cnn
 
-__all__ = ["AugmentedModel", "PythonLoopLSTM", "densenet", "densenet_variant", "mlp",
-           "mnist_cnn", "network_of", "row_lstm", "simple_cnn"]
+__all__ = ["AugmentedModel", "EntryUnit", "PythonLoopLSTM", "ReversibleStage", "densenet",
+           "densenet_variant", "mlp", "mnist_cnn", "network_of", "revnet", "revnet_variant",
+           "row_lstm", "simple_cnn"]

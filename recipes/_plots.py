@@ -61,6 +61,23 @@ def accuracy_vs_time(lines, path):
     _save(figure, path)
 
 
+def memory_vs_depth(rows, title, path):
+    """Peak memory of a training step against depth, one line per backprop."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(7, 4))
+    for backprop in dict.fromkeys(row["backprop"] for row in rows):
+        points = sorted((row["depth"], row["peak_step_mb"]) for row in rows
+                        if row["backprop"] == backprop)
+        axis.plot(*zip(*points), marker="o", label=backprop)
+    axis.set_xlabel("depth (layers)")
+    axis.set_ylabel("peak memory of a training step, MiB")
+    axis.set_ylim(bottom=0)
+    axis.set_title(title, fontsize=9)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    _save(figure, path)
+
+
 def image_grid(rows, row_names, title, path):
     """Rows of images with their labels; a soft label shows its two largest classes."""
     plt = _pyplot()

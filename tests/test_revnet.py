@@ -1,0 +1,155 @@
+"""RevNet: reversible gradients against autodiff, reconstruction, batch norm
+statistics, memory against depth, and the recipe's errors and memory tool."""
+
+import csv
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import recipes
+from models.revnet import (VARIANTS, EntryUnit, ReversibleStage, depth, revnet_variant,
+                           variant_spec)
+from recipes import UserError, _memory
+
+# The paper's parameter counts (millions, CIFAR-10), and the depths in the names.
+PAPER_PARAMS_M = {"revnet38": 0.46, "revnet110": 1.73}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_depths_and_parameter_counts(variant):
+    model = revnet_variant(variant, input_shape=(32, 32, 3), num_classes=10)
+    # Every convolution and the classifier have one kernel: 4-D and 2-D.
+    convolutions_and_dense = sum(len(w.shape) in (2, 4) for w in model.trainable_weights)
+    assert depth(**VARIANTS[variant]) == int(variant[len("revnet"):]) == convolutions_and_dense
+    millions = sum(int(np.prod(w.shape)) for w in model.trainable_weights) / 1e6
+    # RevNet-164: 1.66M here against the paper's 1.75M (README, "RevNet").
+    assert round(millions, 2) == PAPER_PARAMS_M.get(variant, 1.66)
+
+
+def stage_and_input(backprop, bottleneck=False, units=2, seed=0):
+    keras.utils.set_random_seed(seed)
+    stage = ReversibleStage(units, 16, bottleneck=bottleneck, weight_decay=1e-3,
+                            backprop=backprop)
+    x = tf.random.normal([4, 8, 8, 16], seed=1)
+    stage.build(x.shape)
+    return stage, x
+
+
+def gradients(stage, x, function):
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = stage(x, training=True)
+            loss = tf.reduce_sum(tf.sin(y) * y)
+        return y, tape.gradient(loss, [x, *stage.trainable_variables])
+
+    return (tf.function(step) if function else step)(x)
+
+
+@pytest.mark.parametrize("function", [False, True], ids=["eager", "tf.function"])
+@pytest.mark.parametrize("bottleneck", [False, True], ids=["basic", "bottleneck"])
+def test_reversible_gradients_equal_autodiff(function, bottleneck):
+    standard, x = stage_and_input("standard", bottleneck)
+    reversible, _ = stage_and_input("reversible", bottleneck)
+    y_standard, expected = gradients(standard, x, function)
+    y_reversible, found = gradients(reversible, x, function)
+    np.testing.assert_allclose(y_reversible, y_standard, rtol=1e-6, atol=1e-6)
+    assert len(found) == 1 + len(reversible.trainable_variables) == 1 + 2 * 2 * (9 if bottleneck else 6)
+    for name, a, b in zip(["input", *(v.path for v in standard.trainable_variables)],
+                          found, expected):
+        assert a is not None, name
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(tf.reduce_max(tf.abs(b))),
+                                   err_msg=name)
+
+
+def test_the_input_is_rebuilt_from_the_output():
+    stage, x = stage_and_input("reversible", units=3)
+    y = stage(x, training=False)
+    assert not np.allclose(y, x)
+    np.testing.assert_allclose(stage.inverse(y), x, rtol=1e-4, atol=1e-4)
+
+
+def test_one_reversible_step_moves_batch_norm_statistics_as_one_standard_step():
+    """The backward pass runs F and G again, statelessly: no second update."""
+    moved = {}
+    for backprop in ("standard", "reversible"):
+        stage, x = stage_and_input(backprop)
+        before = [v.numpy().copy() for v in stage.non_trainable_variables]
+        gradients(stage, x, function=True)
+        moved[backprop] = [v.numpy() for v in stage.non_trainable_variables]
+        assert any(not np.allclose(a, b) for a, b in zip(before, moved[backprop]))
+    for a, b in zip(moved["standard"], moved["reversible"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def peak_step_memory(backprop, units, function):
+    """Peak allocator bytes of one training step of a stage."""
+    stage, _ = stage_and_input(backprop, units=units)
+    x = tf.random.normal([32, 32, 32, 16])
+    step = lambda x: gradients(stage, x, function=False)[1]  # noqa: E731
+    step = tf.function(step) if function else step
+    step(x)  # trace and warm up
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    step(x)
+    return tf.config.experimental.get_memory_info("CPU:0")["peak"]
+
+
+@pytest.mark.parametrize("function", [False, True], ids=["eager", "tf.function"])
+def test_reversible_memory_grows_much_slower_with_depth(function):
+    """Eagerly, an outer tape must record nothing of the forward pass; in a
+    graph, each unit's reconstruction must wait for the gradients after it."""
+    growth = {backprop: peak_step_memory(backprop, 12, function)
+              - peak_step_memory(backprop, 2, function) for backprop in ("standard", "reversible")}
+    # Standard backprop keeps ~10 more units of activations; reversible keeps none.
+    assert growth["standard"] > 10 * 32 * 32 * 32 * 16 * 4  # 10 units' inputs at least
+    assert growth["reversible"] < 0.2 * growth["standard"]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.variant=revnet50", "'model.variant' must be one of revnet38, revnet110, revnet164"),
+    ("model.units=[3,3]", "one entry per stage"),
+    ("model.filters=[7,8,16]", "every width must be even"),
+    ("model.filters=[4,8,16]", r"must not shrink from the stem's \(init_filters=8\)"),
+])
+def test_model_errors_are_user_errors(override, message, tiny_config):
+    with pytest.raises(UserError, match=message):
+        recipes.load("revnet_cifar10").run(tiny_config("revnet_cifar10", override))
+
+
+def test_bad_layer_arguments_are_value_errors():
+    with pytest.raises(ValueError, match="received: backprop='checkpoint'"):
+        ReversibleStage(2, 16, backprop="checkpoint")
+    with pytest.raises(ValueError, match="received: filters=15"):
+        EntryUnit(15)
+    assert variant_spec("revnet38", units=[2, 2, 2])["units"] == (2, 2, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backprop", ["reversible", "remat"])
+def test_the_recipe_trains_and_its_checkpoint_loads(backprop, tiny_config, tmp_path):
+    metrics = recipes.load("revnet_cifar10").run(tiny_config(
+        "revnet_cifar10", f"model.backprop={backprop}", "execution.mode=graph"))
+    model = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "last.keras")
+    stages = [layer for layer in model.layers if isinstance(layer, ReversibleStage)]
+    assert [stage.settings["backprop"] for stage in stages] == [backprop] * 3
+    assert metrics["trainable_params"] == sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+
+
+@pytest.mark.slow
+def test_the_memory_tool_writes_its_table_and_plot(tmp_path):
+    rows = _memory.measure_all("revnet_cifar10", ["standard", "reversible"], steps=1, overrides=[
+        "data.synthetic_examples=64", "data.batch_size=16", "model.units=[2,4,2]",
+        "model.init_filters=8", "model.filters=[8,8,16]", "model.variant=revnet38"], out_dir=tmp_path)
+    assert [(row["variant"], row["backprop"]) for row in rows] == [
+        ("revnet38", "standard"), ("revnet38", "reversible")]
+    assert rows[0]["depth"] == depth(units=[2, 4, 2], bottleneck=False) == 2 + 8 * 4
+    assert rows[1]["memory_vs_standard"] == pytest.approx(
+        rows[1]["peak_step_mb"] / rows[0]["peak_step_mb"])
+    assert rows[1]["peak_step_mb"] < rows[0]["peak_step_mb"]
+    with (tmp_path / "results.csv").open() as file:
+        assert len(list(csv.DictReader(file))) == 2
+    assert json.loads((tmp_path / "results.json").read_text())["memory_of"] == "CPU:0"
+    assert (tmp_path / "memory_vs_depth.png").read_bytes()[:4] == b"\x89PNG"
