@@ -136,12 +136,16 @@ graph: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make graph NAME=<recipe> [ARGS=\"execution.mode=xla\"]"; exit 2; }
 	@$(PY) -m recipes graph $(NAME) $(ARGS)
 
+# Two test processes: most tests use one core at a time (Python, tracing,
+# process start-up), so the second core would idle; worksteal evens out
+# the long tests.
+PYTEST = $(PY) -m pytest -q -n 2 --dist worksteal
 test: $(INSTALLED)
-	$(PY) -m pytest -q tests
+	$(PYTEST) tests
 
 # The tests that train nothing and start no process (not marked slow).
 test-fast: $(INSTALLED)
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PYTEST) -m "not slow" tests
 
 tensorboard: $(INSTALLED)
 	@mkdir -p runs

@@ -58,6 +58,15 @@ def test_every_recipe_trains_mirrored(name, tiny_config):
     assert metrics["mode_used"] == "graph" and metrics["epochs_completed"] == 1
 
 
+@pytest.mark.slow
+def test_device_augmentation_runs_in_each_replica(tiny_config):
+    metrics = recipes.load("cifar10_cnn").run(tiny_config(
+        "cifar10_cnn", *MIRRORED, "data.batch_size=8", "data.augment=[pad_crop,flip]",
+        "data.augment_on=device"))
+    assert (metrics["augment_on"], metrics["mode_used"], metrics["global_batch"]) == (
+        "device", "graph", 16)
+
+
 def test_the_learning_rate_scales_with_the_replicas(tiny_config, tmp_path):
     experiment, _, _ = one_step_weights(tiny_config, tmp_path, "scaled", "data.batch_size=16",
                                         "train.scale_lr_with_batch=true", "train.lr=0.01",
