@@ -11,7 +11,8 @@ from models.mnist_cnn import mnist_cnn
 from models.revnet import EntryUnit, ReversibleStage, revnet, revnet_variant
 from models.rnn import PythonLoopLSTM, row_lstm
 from models.simple_cnn import simple_cnn
+from models.test_time import flip_averaged
 
 __all__ = ["AugmentedModel", "EntryUnit", "PythonLoopLSTM", "ReversibleStage", "densenet",
-           "densenet_variant", "mlp", "mnist_cnn", "network_of", "revnet", "revnet_variant",
+           "densenet_variant", "flip_averaged", "mlp", "mnist_cnn", "network_of", "revnet", "revnet_variant",
            "row_lstm", "simple_cnn"]

@@ -71,13 +71,16 @@ def build(config):
     with strategy.scope():
         # Per-channel normalization with the training images' statistics, as a
         # layer inside the model: a saved model takes plain [0, 1] images.
-        normalization = keras.layers.Normalization(axis=-1, name="normalization")
+        # float32 under a mixed policy too: `adapt` sums float32 images.
+        normalization = keras.layers.Normalization(axis=-1, dtype="float32",
+                                                   name="normalization")
         normalization.adapt(data.train_plain.map(lambda images, labels: images))
         model = models.densenet(
             data.input_shape, data.num_classes, **spec,
             dropout=model_config["dropout"],
             batch_norm=model_config["batch_norm"],
             weight_decay=model_config["weight_decay"],  # an L2 penalty in each kernel
+            batch_norm_momentum=model_config["batch_norm_momentum"],
             normalization=normalization,
             api=model_config["api"],
         )
@@ -106,7 +109,7 @@ def run(config):
         The run's metrics, also written to `<run dir>/metrics.json`.
     """
     experiment = build(config)
-    model = experiment.model
+    model, model_config = experiment.model, config["model"]
     if config["run"]["verbose"]:
         model.summary()
 
@@ -114,5 +117,13 @@ def run(config):
     model.fit(**experiment.fit_args)
 
     # ## Evaluation
-    test_metrics = model.evaluate(experiment.data.test, return_dict=True, verbose=0)
+    # With model.test_time_flip, each image's prediction is the mean of the
+    # network's on the image and on its mirror image (test-time augmentation).
+    evaluated = model
+    if model_config["test_time_flip"]:
+        with experiment.strategy.scope():
+            evaluated = models.flip_averaged(models.network_of(model))
+            evaluated.compile(loss=model.loss, metrics=["accuracy"],
+                              **_experiment.compile_options(config))
+    test_metrics = evaluated.evaluate(experiment.data.test, return_dict=True, verbose=0)
     return experiment.finish(test_metrics)

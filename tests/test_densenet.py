@@ -10,6 +10,7 @@ import pytest
 
 from conftest import ROOT
 
+from models import flip_averaged
 from models.densenet import VARIANTS, densenet, densenet_variant
 
 # Parameters for 10 classes, in millions (arXiv 1608.06993, Table 2).
@@ -23,10 +24,11 @@ PAPER_PARAMS_M = {
 
 
 def test_every_variant_has_a_paper_count():
-    assert set(PAPER_PARAMS_M) == set(VARIANTS)
+    # densenet_cpu is ours; its count is checked by hand below.
+    assert set(PAPER_PARAMS_M) == set(VARIANTS) - {"densenet_cpu"}
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("variant", sorted(PAPER_PARAMS_M))
 def test_parameter_count_matches_the_paper(variant):
     """The paper counts learnable parameters (BN's moving statistics are not)
     and rounds to 0.1M: DenseNet-BC-100 k=12 has 0.769M, printed as 0.8M."""
@@ -69,6 +71,56 @@ def test_sequential_equals_functional_given_the_same_weights(settings):
     images = rng.uniform(size=(3, 16, 16, 3)).astype("float32")
     np.testing.assert_allclose(functional(images, training=False),
                                sequential(images, training=False), rtol=1e-4, atol=1e-6)
+
+
+def test_densenet_cpu_has_the_layout_and_parameters_counted_by_hand():
+    model = densenet_variant("densenet_cpu", input_shape=(32, 32, 3), num_classes=10)
+    bn = lambda c: 4 * c  # gamma, beta, moving mean, moving variance  # noqa: E731
+
+    def block(channels, k):  # 3 layers of BN-ReLU-Conv3x3(k), each on all maps so far
+        params = 0
+        for _ in range(3):
+            params += bn(channels) + 9 * channels * k
+            channels += k
+        return params, channels
+
+    stem = 27 * 48 + bn(48)
+    block1, c = block(48, 48)                         # 16x16 after the stem's pool: 192 maps
+    transition1 = bn(c) + c * (c // 2)                # to 96 maps, max-pooled to 8x8
+    block2, c = block(c // 2, 96)                     # 384 maps
+    transition2 = bn(c) + c * (c // 2)                # 192 maps, 4x4
+    block3, c = block(c // 2, 128)                    # 576 maps
+    head = bn(c) + c * 10 + 10
+    assert model.count_params() == stem + block1 + transition1 + block2 + transition2 + block3 + head
+    assert model.get_layer("stem_pool").output.shape == (None, 16, 16, 48)
+    assert isinstance(model.get_layer("transition1_pool"), keras.layers.MaxPooling2D)
+    assert model.get_layer("block3_layer3_concat").output.shape == (None, 4, 4, 576)
+
+
+def test_batch_norm_momentum_reaches_every_batch_norm():
+    for api in ("functional", "sequential"):
+        model = tiny(api, batch_norm_momentum=0.9, stem_pool=True)
+        momenta = {layer.momentum for layer in layers_with_weights(model).values()
+                   if isinstance(layer, keras.layers.BatchNormalization)}
+        assert momenta == {0.9}, api
+
+
+def test_a_growth_rate_per_block_must_name_three():
+    with pytest.raises(ValueError, match="one per dense block, received: growth_rate=.8, 8."):
+        tiny("functional", growth_rate=[8, 8])
+    wide = tiny("functional", growth_rate=[4, 8, 12], bottleneck=False, depth=7)
+    # stem 16, +4 = 20, halved to 10, +8 = 18, halved to 9, +12 = 21
+    assert wide.get_layer("block3_layer1_concat").output.shape[-1] == 21
+
+
+def test_flip_averaged_predicts_the_mean_over_each_image_and_its_mirror():
+    network = tiny("functional")
+    images = np.random.default_rng(2).uniform(size=(3, 16, 16, 3)).astype("float32")
+    expected = (network.predict(images, verbose=0)
+                + network.predict(images[:, :, ::-1], verbose=0)) / 2
+    averaged = flip_averaged(network).predict(images, verbose=0)
+    np.testing.assert_allclose(averaged, expected, rtol=1e-5, atol=1e-7)
+    assert not np.allclose(averaged, network.predict(images, verbose=0), atol=1e-4)
 
 
 def test_bad_depth_and_api_are_value_errors():
