@@ -71,6 +71,21 @@ def pad_crop(engine, seed, padding=4):
     return apply
 
 
+def shift(engine, seed, factor=0.1, fill_mode="nearest"):
+    """Random shifts of up to `factor` of the height and width, by fractions
+    of a pixel (bilinear), filling what comes in from the edge as `fill_mode`
+    says: Keras 2's ImageDataGenerator(width_shift_range=0.1,
+    height_shift_range=0.1), whose default fill is the nearest pixel.
+
+    Keras core's RandomTranslation for both engines: it is that generator's
+    shift, made a layer.
+    """
+    del engine  # the same layer for both
+    return _images_only(keras.layers.RandomTranslation(
+        factor, factor, fill_mode=fill_mode, interpolation="bilinear", seed=seed,
+        dtype="float32"))
+
+
 def randaugment(engine, seed, magnitude=0.5, augmentations_per_image=2):
     """RandAugment: `augmentations_per_image` random operations of strength `magnitude`."""
     if engine == "keras":
@@ -147,7 +162,7 @@ def _mixing(layer):
 
 
 OPERATIONS = {operation.__name__: operation for operation in (
-    flip, pad_crop, randaugment, random_erasing, color_jitter, mixup, cutmix)}
+    flip, pad_crop, shift, randaugment, random_erasing, color_jitter, mixup, cutmix)}
 NEEDS_ONE_HOT = {"mixup", "cutmix"}
 
 

@@ -14,6 +14,7 @@ the remainder, so every step has one shape and XLA compiles once.
 """
 
 import dataclasses
+import hashlib
 import socket
 import time
 from pathlib import Path
@@ -52,6 +53,7 @@ class Data:
     batch_size: int  # the global batch: data.batch_size times the replicas
     steps_per_epoch: int
     evaluated_on: str  # what `test` holds: "test", or "validation" for a folder without test/
+    validated_on: str  # what `validation` holds: "held_out" training images, or "test" (validation_split=0)
     one_hot: bool  # labels are one-hot vectors rather than class indices
     augment: object  # (images, labels) -> (images, labels), or None
     augment_on: str  # "host" (already in `train`), "device" (for models.AugmentedModel) or None
@@ -74,9 +76,10 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False, replicas=1):
     if name not in DATASETS:
         raise UserError(f"Unknown data.name '{name}'. "
                         f"Known datasets: {', '.join(DATASETS)}.")
-    if not 0 < data_config["validation_split"] < 1:
-        raise UserError("data.validation_split must be between 0 and 1 "
-                        f"(exclusive), got {data_config['validation_split']}.")
+    if not 0 <= data_config["validation_split"] < 1:
+        raise UserError("data.validation_split must be at least 0 and below 1, "
+                        f"got {data_config['validation_split']}; 0 trains on every "
+                        "training image and validates on the test split.")
     input_shape, num_classes = DATASETS[name]
     one_hot = one_hot or _augment.mixes_labels(data_config["augment"])
     augment = _augment.pipeline(data_config["augment"], one_hot, seed,
@@ -92,6 +95,11 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False, replicas=1):
         train, validation, test, num_classes = _folder_splits(data_config, input_shape)
         if test is None:
             test, evaluated_on = validation, "validation"
+    # validation_split=0, the Keras examples' protocol: every training image
+    # trains, and the test split is the validation data too.
+    validated_on = "held_out"
+    if data_config["validation_split"] == 0:
+        validation, validated_on = test, "test"
 
     batch_size = data_config["batch_size"] * replicas  # the global batch
     train_examples = _count(train)
@@ -136,6 +144,7 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False, replicas=1):
         batch_size=batch_size,
         steps_per_epoch=steps_per_epoch or train_examples // batch_size,
         evaluated_on=evaluated_on,
+        validated_on=validated_on,
         one_hot=one_hot,
         augment=augment,
         augment_on=augment_on,
@@ -150,6 +159,9 @@ def _count(dataset):
 
 
 def _split_names(validation_split):
+    """tfds split names: train, validation (None for none), test."""
+    if validation_split == 0:
+        return "train", None, "test"
     percent = round(100 * (1 - validation_split))
     return f"train[:{percent}%]", f"train[{percent}%:]", "test"
 
@@ -157,11 +169,12 @@ def _split_names(validation_split):
 def _tfds_splits(data_config):
     import tensorflow_datasets as tfds
 
-    splits = _split_names(data_config["validation_split"])
-    load_args = dict(split=list(splits), as_supervised=True, try_gcs=True,
+    train, validation, test = _split_names(data_config["validation_split"])
+    splits = [train, test] if validation is None else [train, validation, test]
+    load_args = dict(split=splits, as_supervised=True, try_gcs=True,
                      data_dir=data_config["dir"])
     try:
-        return tfds.load(data_config["name"], download=False, **load_args)
+        return _with_validation(tfds.load(data_config["name"], download=False, **load_args))
     except AssertionError:
         pass  # not prepared in data_dir yet: fetch TFDS's prepared copy
     if not _reachable(*TFDS_HOST):
@@ -174,7 +187,12 @@ def _tfds_splits(data_config):
             f"tfds; tfds.load('{data_config['name']}', try_gcs=True)\"`, copy "
             "its ~/tensorflow_datasets folder here and pass data.dir=PATH.")
     print(f"Downloading {data_config['name']} into {data_config['dir'] or '~/tensorflow_datasets'} ...")
-    return tfds.load(data_config["name"], download=True, **load_args)
+    return _with_validation(tfds.load(data_config["name"], download=True, **load_args))
+
+
+def _with_validation(splits):
+    """(train, validation, test); validation None when only train and test were loaded."""
+    return tuple(splits) if len(splits) == 3 else (splits[0], None, splits[1])
 
 
 def _reachable(host, port, timeout_s=10):
@@ -192,6 +210,7 @@ def _synthetic_splits(data_config, input_shape, num_classes, seed):
     templates = rng.integers(0, 256, size=(num_classes, *input_shape))
     train_n = data_config["synthetic_examples"]
     held_out = max(1, int(train_n * data_config["validation_split"]))
+    test_n = max(1, int(train_n * 0.1))
 
     def split(n):
         labels = rng.integers(0, num_classes, size=(n,))
@@ -199,7 +218,7 @@ def _synthetic_splits(data_config, input_shape, num_classes, seed):
         images = ((templates[labels] + noise) // 2).astype(np.uint8)
         return tf.data.Dataset.from_tensor_slices((images, labels))
 
-    return split(train_n), split(held_out), split(held_out)
+    return split(train_n), split(held_out), split(test_n)
 
 
 def _folder_splits(data_config, input_shape):
@@ -210,9 +229,14 @@ def _folder_splits(data_config, input_shape):
         raise UserError("data.source=folder needs data.path=DIR, a folder "
                         "with train/<class>/*.png or *.jpg (and optionally test/<class>/).")
     root = Path(data_config["path"]).expanduser()
+    if data_config["validation_split"] == 0 and not (root / "test").is_dir():
+        raise UserError(f"data.validation_split=0 validates on the test split, and {root} "
+                        "has no test/<class>/ folder: hold out part of train/ instead "
+                        "(data.validation_split=0.1).")
     images, labels, classes = _folder_arrays(root / "train", input_shape)
     order = np.random.default_rng(0).permutation(len(labels))
-    held_out = max(1, round(len(labels) * data_config["validation_split"]))
+    split = data_config["validation_split"]
+    held_out = max(1, round(len(labels) * split)) if split else 0
     kept, validation = order[held_out:], order[:held_out]
     splits = [tf.data.Dataset.from_tensor_slices((images[part], labels[part]))
               for part in (kept, validation)]
@@ -230,7 +254,7 @@ def _folder_splits(data_config, input_shape):
 
 
 # Bump when the cached arrays' layout changes.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def _folder_arrays(folder, input_shape):
@@ -239,16 +263,27 @@ def _folder_arrays(folder, input_shape):
 
     Decoding thousands of small files costs far more than training reads
     them, so the arrays are cached in `<folder>/../.cache/`. The cache holds
-    the folder's fingerprint (number of images, their total size and newest
-    modification time) and is decoded again when any of these changes.
+    the folder's fingerprint, a SHA-256 of every image's path below `folder`
+    (so its class), size and modification time, and is decoded again when
+    any of these changes: a file moved to another class is a new dataset.
     """
     files = sorted(p for p in folder.glob("*/*") if p.suffix.lower() in IMAGE_SUFFIXES)
     if not files:
         raise UserError(f"{folder} is missing or holds no <class>/*.png or *.jpg images; "
                         "data.source=folder expects data.path/train/<class>/.")
-    stats = [path.stat() for path in files]
-    fingerprint = np.array([CACHE_VERSION, len(files), sum(s.st_size for s in stats),
-                            max(s.st_mtime_ns for s in stats)], dtype=np.int64)
+    classes = sorted({path.parent.name for path in files})
+    empty = sorted(d.name for d in folder.iterdir() if d.is_dir() and d.name not in classes)
+    if empty:
+        raise UserError(f"{folder} has class folders without images: {', '.join(empty)}. "
+                        "Add images to them, or remove them.")
+    if len(classes) < 2:
+        raise UserError(f"{folder} holds one class ({classes[0]}); a classifier needs at "
+                        "least two <class>/ folders of images.")
+    listing = hashlib.sha256(str(CACHE_VERSION).encode())
+    for path in files:
+        stat = path.stat()
+        listing.update(f"{path.relative_to(folder)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    fingerprint = np.array(listing.hexdigest())
     height, width, channels = input_shape
     cache = folder.parent / ".cache" / f"{folder.name}-{height}x{width}x{channels}.npz"
     started = time.perf_counter()
@@ -262,7 +297,6 @@ def _folder_arrays(folder, input_shape):
     except (OSError, ValueError, KeyError):
         pass  # no cache yet, or an unreadable one: decode
 
-    classes = sorted({path.parent.name for path in files})
     labels = np.array([classes.index(path.parent.name) for path in files], dtype=np.int64)
     print(f"decoding the {len(files):,} images in {folder} (once: they are cached)...",
           flush=True)
@@ -274,8 +308,18 @@ def _folder_arrays(folder, input_shape):
         return tf.cast(tf.round(image), tf.uint8)
 
     paths = tf.data.Dataset.from_tensor_slices([str(path) for path in files])
-    images = np.concatenate(list(paths.map(decode, num_parallel_calls=AUTOTUNE)
-                                 .batch(1024).as_numpy_iterator()))
+    try:
+        images = np.concatenate(list(paths.map(decode, num_parallel_calls=AUTOTUNE)
+                                     .batch(1024).as_numpy_iterator()))
+    except tf.errors.InvalidArgumentError:
+        # TensorFlow's error does not name the file: find it, one at a time.
+        for path in files:
+            try:
+                decode(str(path))
+            except tf.errors.InvalidArgumentError:
+                raise UserError(f"{path} is not an image TensorFlow can decode (PNG, JPEG, "
+                                "GIF or BMP): replace or remove it.") from None
+        raise
     seconds = time.perf_counter() - started
     try:
         cache.parent.mkdir(exist_ok=True)

@@ -35,6 +35,22 @@ def test_each_operation_keeps_shapes_dtypes_and_range(entry, engine):
     assert not np.array_equal(out_images, images)  # it did something
 
 
+def test_shift_fills_from_the_nearest_edge_and_moves_images():
+    """Keras 2's ImageDataGenerator default: shifted-in pixels repeat the
+    edge, so a constant image stays constant (zero padding would darken it),
+    while a varied one moves."""
+    shift = _augment.pipeline(["shift"], one_hot=True, seed=3)
+    constant = tf.fill([16, 32, 32, 3], 0.7)
+    shifted, _ = shift(constant, batch()[1])
+    np.testing.assert_allclose(shifted, 0.7, atol=1e-5)
+    zero_filled, _ = _augment.pipeline([{"shift": {"fill_mode": "constant"}}], one_hot=True,
+                                       seed=3)(constant, batch()[1])
+    assert float(tf.reduce_min(zero_filled)) < 0.7 - 0.1
+    images, labels = batch()
+    moved, _ = shift(images, labels)
+    assert not np.allclose(moved, images)
+
+
 def test_pad_crop_shifts_each_image_by_whole_pixels():
     images, labels = batch(n=32)
     cropped, _ = _augment.pipeline(["pad_crop"], one_hot=True, seed=1)(images, labels)

@@ -5,6 +5,7 @@ import time
 import keras
 import numpy as np
 import pytest
+import tensorflow_datasets as tfds
 
 import recipes
 from recipes import UserError, _config, _data
@@ -77,6 +78,31 @@ def test_folder_images_keep_their_pixels_and_class_labels(tmp_path):
         keras.utils.load_img(tmp_path / "train" / "b" / "1.png")).astype(np.uint8))
 
 
+def test_validation_split_zero_trains_on_every_training_image_and_validates_on_test(tmp_path):
+    """The Keras examples' protocol: all of train/ trains, test/ validates."""
+    write_folder(tmp_path)
+    data = _data.load(data_config("data.source=folder", f"data.path={tmp_path}",
+                                  "data.validation_split=0", "data.batch_size=4"))
+    assert data.train_examples == 12 and data.validated_on == data.evaluated_on == "test"
+    _, _, expected = _data._folder_arrays(tmp_path / "test", (32, 32, 3))
+    validation = np.concatenate([labels for _, labels in data.validation])
+    test = np.concatenate([labels for _, labels in data.test])
+    np.testing.assert_array_equal(validation, test)
+    assert len(validation) == 12
+
+    held_out = _data.load(data_config("data.source=folder", f"data.path={tmp_path}",
+                                      "data.validation_split=0.25", "data.batch_size=4"))
+    assert held_out.train_examples == 9 and held_out.validated_on == "held_out"
+
+
+def test_validation_split_zero_on_tensorflow_datasets_uses_the_whole_train_split():
+    with tfds.testing.mock_data(num_examples=40):
+        data = _data.load(data_config("data.source=tfds", "data.validation_split=0"))
+        held_out = _data.load(data_config("data.source=tfds"))
+    assert data.train_examples == 40 and data.validated_on == "test"
+    assert held_out.train_examples == 36 and held_out.validated_on == "held_out"
+
+
 @pytest.mark.slow
 def test_without_a_test_folder_a_run_evaluates_on_the_validation_images(tmp_path, tiny_config):
     write_folder(tmp_path / "images", splits=("train",), per_class=10)
@@ -106,7 +132,9 @@ def test_folder_source_trains_a_recipe(tmp_path, tiny_config):
     (["data.source=folder", "data.path=/nonexistent"], "data.source=folder expects data.path/train/<class>/"),
     (["data.source=synthetic", "data.synthetic_examples=4"], "fewer than a batch of 8 (data.batch_size=8 x 1"),
     (["data.source=synthetic", "data.name=imagenet"], "Unknown data.name 'imagenet'"),
-    (["data.source=synthetic", "data.validation_split=0"], "between 0 and 1"),
+    (["data.source=synthetic", "data.validation_split=1"], "at least 0 and below 1"),
+    (["data.source=folder", "data.path=/nonexistent", "data.validation_split=0"],
+     "has no test/<class>/ folder"),
 ])
 def test_bad_data_settings_are_user_errors(overrides, message):
     with pytest.raises(UserError) as error:

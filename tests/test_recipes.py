@@ -3,12 +3,15 @@ synthetic data, and every recipe name on tensorflow-datasets' mock data."""
 
 import csv
 import json
+import math
 
+import keras
 import pytest
 import tensorflow_datasets as tfds
 
 import recipes
 from callbacks.timing import EPOCH_KEYS
+from models import network_of
 
 MODES = ["eager", "graph", "xla"]
 MODULES = sorted({recipes.module_of(name) for name in recipes.names()})
@@ -105,6 +108,27 @@ def test_metrics_json_contract(tiny_config, tmp_path):
     assert {"gpus", "cpu", "cpu_cores", "cpu_features"} <= set(metrics["device"])
 
 
+@pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("name", MODULES)
+def test_recipe_trains_under_each_mixed_precision(name, precision, tiny_config, tmp_path):
+    """Every precision the README documents, on every recipe module: the
+    layers compute in the half type, and the loss stays finite."""
+    metrics = recipes.load(name).run(tiny_config(name, f"execution.precision={precision}"))
+    assert metrics["precision"] == precision
+    assert math.isfinite(metrics["final"]["loss"])
+    saved = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "last.keras")
+    computes = {layer.compute_dtype for layer in network_of(saved).layers if layer.weights}
+    assert precision.removeprefix("mixed_") in computes, computes
+
+
+def test_the_documented_xla_bfloat16_densenet_command_trains(tiny_config):
+    """README, "DenseNet on CIFAR": execution.mode=xla execution.precision=mixed_bfloat16."""
+    metrics = recipes.load("densenet_cifar100").run(tiny_config(
+        "densenet_cifar100", "execution.mode=xla", "execution.precision=mixed_bfloat16"))
+    assert (metrics["mode_used"], metrics["precision"]) == ("xla", "mixed_bfloat16")
+    assert math.isfinite(metrics["final"]["loss"])
+
+
 def test_mixed_precision_and_steps_per_execution(tiny_config):
     config = tiny_config("mnist_mlp", "execution.precision=mixed_bfloat16",
                          "execution.steps_per_execution=2", "train.steps_per_epoch=4")
@@ -113,3 +137,14 @@ def test_mixed_precision_and_steps_per_execution(tiny_config):
     assert metrics["timing"]["step_ms_median"] > 0
     # One call of the train function runs two steps: input wait is not measurable.
     assert metrics["timing"]["input_wait_fraction"] is None
+
+
+def test_cifar10_cnn_decays_its_rate_as_keras_2_did(tiny_config):
+    """Keras 2's RMSprop(lr=1e-4, decay=1e-6): lr / (1 + 1e-6 * step), so the
+    rate is halved after a million steps."""
+    optimizer = recipes.load("cifar10_cnn").build(tiny_config("cifar10_cnn")).model.optimizer
+    assert isinstance(optimizer, keras.optimizers.RMSprop)
+    assert optimizer.epsilon == 1e-14  # Keras 2's sqrt(v) + 1e-7, as sqrt(v + 1e-14)
+    assert float(optimizer.learning_rate) == pytest.approx(1e-4)
+    optimizer.iterations.assign(10**6)
+    assert float(optimizer.learning_rate) == pytest.approx(0.5e-4)
