@@ -1,8 +1,10 @@
 """Keras callbacks this repository adds to what `keras.callbacks` provides."""
 
 from callbacks.diagnostics import Diagnostics
+from callbacks.divergence_stop import DivergenceStop, TrainingDiverged
 from callbacks.execution_mode_check import ExecutionModeCheck, execution_mode
 from callbacks.graph_writer import GraphWriter
 from callbacks.timing import Timing
 
-__all__ = ["Diagnostics", "ExecutionModeCheck", "GraphWriter", "Timing", "execution_mode"]
+__all__ = ["Diagnostics", "DivergenceStop", "ExecutionModeCheck", "GraphWriter", "Timing",
+           "TrainingDiverged", "execution_mode"]

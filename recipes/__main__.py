@@ -42,6 +42,8 @@ def main(argv=None):
                                            "data.augment"),
                                ("graph", "write the training step's graph for TensorBoard, "
                                          "and AutoGraph's code, without training"),
+                               ("profile", "profile a few training steps; a table of where "
+                                           "their time goes, by kind of op"),
                                ("augment-benchmark", "time each augmentation, and training with "
                                                      "it on host and device (option steps=N)"),
                                ("data-benchmark", "time the input pipeline alone: loading, "
@@ -165,6 +167,11 @@ def main(argv=None):
 
         _graph.write_graph(args.name, args.config, args.overrides)
         return 0
+    if args.command == "profile":
+        from recipes import _profile
+
+        _profile.profile(args.name, args.config, args.overrides)
+        return 0
     if args.command == "preview":
         from recipes import _preview
 
@@ -197,6 +204,10 @@ if __name__ == "__main__":
         print(f"error: {error}", file=sys.stderr)
         status = 2
     except Exception as error:
+        divergence = sys.modules.get("callbacks.divergence_stop")
+        if divergence is not None and isinstance(error, divergence.TrainingDiverged):
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(3)
         tf = sys.modules.get("tensorflow")
         if tf is not None and isinstance(error, tf.errors.UnavailableError):
             # A multi-worker run whose peer stopped: a situation, not a bug.

@@ -13,6 +13,7 @@ key `recipe`.
 import ast
 import copy
 import difflib
+import math
 from pathlib import Path
 
 import yaml
@@ -90,6 +91,15 @@ CHOICES = {
     "run.verbose": ["auto", 0, 1, 2],
 }
 
+# Values no run can use, refused before anything is built: key -> (test, what it needs).
+LIMITS = {
+    "train.epochs": (lambda v: v >= 1, "at least 1"),
+    "train.lr": (lambda v: math.isfinite(v) and v > 0, "a finite number above 0"),
+    "data.batch_size": (lambda v: v >= 1, "at least 1"),
+    "data.synthetic_examples": (lambda v: v >= 1, "at least 1"),
+    "train.steps_per_epoch": (lambda v: v >= 1, "at least 1, or null for one pass"),
+}
+
 TYPE_NAMES = {bool: "true/false", int: "an integer", float: "a number",
               str: "a string", list: "a list", dict: "a mapping"}
 TYPES_BY_NAME = {"bool": bool, "int": int, "float": float, "str": str, "list": list}
@@ -119,7 +129,8 @@ def resolve(name, config_files=(), overrides=(), announce=print):
             choices[key] = entry
         else:
             types[key] = TYPES_BY_NAME[entry]
-    schema = {key: (types.get(key, type(value)), value is None, choices.get(key))
+    schema = {key: (types.get(key, type(value)), value is None, choices.get(key),
+                    _number_items(value))
               for key, value in _flatten(config).items()}
 
     layers = [CONFIGS_DIR / f"{name}.yaml"] if name != module else []
@@ -209,7 +220,7 @@ def _checked(schema, key, value, origin):
         valid = (f" Keys in '{section}': {', '.join(siblings)}." if siblings
                  else f" Sections: {', '.join(DEFAULTS)}.")
         raise UserError(f"Unknown config key '{key}' {origin}.{hint}{valid}")
-    expected, nullable, choices = schema[key]
+    expected, nullable, choices, item_type = schema[key]
     if value is None and nullable:
         return None
     if expected is float and isinstance(value, str):
@@ -229,4 +240,21 @@ def _checked(schema, key, value, origin):
     if choices is not None and value not in choices:
         raise UserError(f"Config key '{key}' must be one of "
                         f"{', '.join(map(str, choices))}; got {value!r} {origin}.")
+    if item_type is not None and isinstance(value, list):
+        for item in value:
+            if not isinstance(item, item_type) or isinstance(item, bool):
+                raise UserError(f"Config key '{key}' expects a list of "
+                                f"{TYPE_NAMES[item_type].removeprefix('a ').removeprefix('an ')}s, "
+                                f"got {item!r} in {value!r} {origin}.")
+    if key in LIMITS and not LIMITS[key][0](value):
+        raise UserError(f"Config key '{key}' must be {LIMITS[key][1]}, got {value!r} {origin}.")
     return value
+
+
+def _number_items(default):
+    """int or float when `default` is a non-empty list of that number type, else None."""
+    if isinstance(default, list) and default:
+        kinds = {type(item) for item in default}
+        if len(kinds) == 1 and kinds <= {int, float}:
+            return kinds.pop()
+    return None

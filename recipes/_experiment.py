@@ -11,7 +11,8 @@ import warnings
 import keras
 import numpy as np
 
-from callbacks import Diagnostics, ExecutionModeCheck, GraphWriter, Timing, execution_mode
+from callbacks import (Diagnostics, DivergenceStop, ExecutionModeCheck, GraphWriter, Timing,
+                       execution_mode)
 from models import AugmentedModel, network_of
 from recipes import UserError, _distribute, _environment, _rundir
 
@@ -104,6 +105,7 @@ class Experiment:
         run_dir = _rundir.choose(config)
         if not self.chief:
             run_dir = run_dir / "workers" / f"worker-{_distribute.worker_task()[0]}"
+        _rundir.check_backup(run_dir)  # a damaged or partial backup: repaired, or refused
         # Images/s and input wait count the global batch, every replica's.
         self.timing = Timing(batch_size=data.batch_size)
         self.train = self.timing.instrument(data.train)
@@ -163,6 +165,9 @@ class Experiment:
             "test": {k: float(v) for k, v in test_metrics.items()},
             # "validation" when the data has no test split (a folder without test/).
             "evaluated_on": self.data.evaluated_on,
+            # "held_out" training images, or "test": every training image
+            # trained (data.validation_split=0, the Keras examples' protocol).
+            "validated_on": self.data.validated_on,
             "timing": self.timing.summary(),
             "versions": _environment.versions(),
             "device": _environment.device_info(),
@@ -171,7 +176,9 @@ class Experiment:
             print(f"worker {_distribute.worker_task()[0]}: done, weights sha256 "
                   f"{metrics['weights_sha256']}", flush=True)
             return metrics
-        (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        # Strict JSON: a value that is not a finite number is null, not NaN.
+        metrics = _finite_or_none(metrics)
+        (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
 
         t = metrics["timing"]
         split = "test" if self.data.evaluated_on == "test" else "test on the validation images"
@@ -182,6 +189,17 @@ class Experiment:
         print(f"results: {run_dir}/metrics.json; TensorBoard: "
               f"tensorboard --logdir {run_dir / 'tensorboard'}", flush=True)
         return metrics
+
+
+def _finite_or_none(value):
+    """`value` with every NaN or infinite float inside it replaced by None."""
+    if isinstance(value, dict):
+        return {key: _finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def weights_digest(model):
@@ -210,14 +228,18 @@ def standard_callbacks(config, run_dir, chief=True):
     chosen = config["callbacks"]
     callbacks = [
         ExecutionModeCheck(config["execution"]["mode"]),
-        keras.callbacks.TerminateOnNaN(),
-        # Saves the whole training state each epoch, and restores it when the
-        # same run directory trains again: a kill loses one epoch at most.
-        # One directory per worker: Keras 3's is not multi-worker aware.
-        keras.callbacks.BackupAndRestore(run_dir / "backup"),
+        # Not TerminateOnNaN, after which fit returns as if it had finished.
+        DivergenceStop(run_dir if chief else None),
     ]
+    # Saves the whole training state each epoch, and restores it when the
+    # same run directory trains again: a kill loses one epoch at most. The
+    # previous state is kept too (double_checkpoint), for a kill during the
+    # write; _rundir.check_backup picks the state to resume from. Last, so
+    # that an epoch is backed up only once every other callback has
+    # recorded it. One directory per worker: Keras 3's is not multi-worker aware.
+    backup = keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True)
     if not chief:
-        return callbacks
+        return [*callbacks, backup]
     callbacks.append(keras.callbacks.CSVLogger(run_dir / "history.csv", append=True))
     if chosen["graph"]:
         callbacks.append(GraphWriter(run_dir / "tensorboard" / "train"))
@@ -240,7 +262,7 @@ def standard_callbacks(config, run_dir, chief=True):
                 save_best_only=True),
             keras.callbacks.ModelCheckpoint(checkpoints / "last.keras"),
         ]
-    return callbacks
+    return [*callbacks, backup]
 
 
 def _best_epoch(epochs, monitor):

@@ -6,6 +6,8 @@
 
 import csv
 import datetime
+import json
+import shutil
 from pathlib import Path
 
 import yaml
@@ -24,8 +26,12 @@ RESUMABLE_KEYS = {"run", "train.epochs", "execution.mode", "execution.steps_per_
 def create(run_dir, config):
     """Creates `run_dir` (or reuses it, to resume), writes the resolved
     `config.yaml` into it and returns it."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(dump(config))
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(dump(config))
+    except OSError as error:
+        raise UserError(f"Cannot write the run directory {run_dir}: {error.strerror}. "
+                        "Give a folder you can write to with run.dir=PATH.") from None
     print(f"run directory: {run_dir}", flush=True)
     return run_dir
 
@@ -64,6 +70,92 @@ def choose(config):
                             "settings, or another run.dir.")
         print(f"resuming the run in {run_dir} from its last finished epoch")
     return run_dir
+
+
+# What keras.callbacks.BackupAndRestore(double_checkpoint=True) writes in
+# backup/ at the end of each epoch, in this order: the previous state copied
+# to *.bkp, then the weights, then the metadata (the number of finished epochs).
+BACKUP_WEIGHTS, BACKUP_METADATA = "latest.weights.h5", "training_metadata.json"
+
+
+def check_backup(run_dir):
+    """Makes sure a resumed run starts from a whole state, before `fit` reads it.
+
+    Keras loads whichever backup files exist, and falls back to the previous
+    state only when the weights raise an `OSError`: a missing or garbled
+    metadata file restarts at epoch 0 on trained weights, and a missing
+    weights file trains fresh weights under the later epoch number. Here the
+    latest state is used when both of its files read and the metadata was
+    written after the weights (a kill between the two leaves newer weights
+    beside older metadata); else the previous state, said so; else the run is
+    refused with a message. history.csv keeps only the epochs the state
+    holds, so that each epoch appears in it once.
+
+    Returns:
+        The number of finished epochs the run resumes from (0: it starts).
+
+    Raises:
+        UserError: the backup cannot be resumed from.
+    """
+    backup, history = run_dir / "backup", run_dir / "history.csv"
+    recorded = len(read_history(history))
+    epochs, problem = _saved_state(backup, "")
+    if epochs is None and backup.exists():
+        previous, _ = _saved_state(backup, ".bkp")
+        if previous is not None:
+            for name in (BACKUP_WEIGHTS, BACKUP_METADATA):
+                shutil.copyfile(backup / f"{name}.bkp", backup / name)
+            print(f"repaired: {problem}; resuming from the previous backup, "
+                  f"{previous} finished epochs.", flush=True)
+            epochs = previous
+    if epochs is None and (backup.exists() or recorded):
+        if recorded > 1 or (backup / f"{BACKUP_WEIGHTS}.bkp").exists():
+            raise UserError(
+                f"Cannot resume {run_dir}: {problem or f'{backup} is missing'}, and no "
+                "previous state can replace it. Start a new run with another run.dir, "
+                f"or delete {run_dir} to train this one from the start.")
+        print(f"note: {problem or f'{backup} is missing'}; at most one epoch was finished: "
+              "starting this run from the beginning.", flush=True)
+        shutil.rmtree(backup, ignore_errors=True)
+    _keep_epochs(history, epochs or 0)
+    return epochs or 0
+
+
+def _saved_state(backup, suffix):
+    """(finished epochs, None) for a whole state in `backup`, else (None, what is wrong)."""
+    weights, metadata = backup / (BACKUP_WEIGHTS + suffix), backup / (BACKUP_METADATA + suffix)
+    for path in (weights, metadata):
+        if not path.exists():
+            return None, f"{path} is missing"
+    try:
+        epochs = json.loads(metadata.read_text())["epoch"]
+        if not isinstance(epochs, int) or epochs < 0:
+            raise ValueError(epochs)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, f"{metadata} is damaged"
+    import h5py  # Keras' own dependency, for its .weights.h5 files
+
+    try:
+        with h5py.File(weights, "r") as file:
+            if not len(file):
+                raise OSError("empty")
+    except OSError:
+        return None, f"{weights} is damaged"
+    if metadata.stat().st_mtime_ns < weights.stat().st_mtime_ns:
+        return None, f"{weights} is newer than {metadata} (a kill between the two writes)"
+    return epochs, None
+
+
+def _keep_epochs(history, epochs):
+    """Drops history.csv's rows from epoch `epochs` on: they are trained again."""
+    if not history.exists():
+        return
+    with history.open() as file:
+        rows = list(csv.reader(file))
+    kept = [rows[0], *[row for row in rows[1:] if row and int(row[0]) < epochs]] if rows else []
+    if len(kept) != len(rows):
+        with history.open("w", newline="") as file:
+            csv.writer(file).writerows(kept)
 
 
 def _changed_keys(old, new, prefix=""):
