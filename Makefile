@@ -16,7 +16,7 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe sweep compare compare-sizes benchmark benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph test test-fast tensorboard clean
+.PHONY: help setup list show recipe sweep compare compare-sizes benchmark benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile test test-fast tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
@@ -34,6 +34,7 @@ help:
 	@echo "make memory NAME=revnet_cifar10 [ARGS=...]         peak memory of a training step per backprop and depth"
 	@echo "make benchmark-distributed [NAME=...] [DEVICES=cpu:2] images/s without and with MirroredStrategy"
 	@echo "make graph NAME=<recipe> [ARGS=...]                training-step graph for TensorBoard, no training"
+	@echo "make profile NAME=<recipe> [ARGS=...]              where a training step's time goes, by kind of op"
 	@echo "make show NAME=<recipe> [ARGS=...]                 print its resolved config"
 	@echo "make list                                          every recipe"
 	@echo "make test                                          the offline test suite"
@@ -131,6 +132,12 @@ benchmark-distributed: $(INSTALLED)
 # variant (fresh processes). Not a test: it reports.
 memory: $(INSTALLED)
 	@$(PY) -m recipes memory $(or $(NAME),revnet_cifar10) $(ARGS)
+
+# A few training steps under the profiler, and where their time goes by
+# kind of op (convolution, batch norm, ...). Not a test: it reports.
+profile: $(INSTALLED)
+	@test -n "$(NAME)" || { echo "usage: make profile NAME=<recipe> [ARGS=\"data.source=synthetic\"]"; exit 2; }
+	@$(PY) -m recipes profile $(NAME) $(ARGS)
 
 graph: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make graph NAME=<recipe> [ARGS=\"execution.mode=xla\"]"; exit 2; }

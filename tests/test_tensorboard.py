@@ -11,7 +11,7 @@ from tensorflow.core.protobuf import config_pb2
 from xprof.convert import raw_to_tool_data
 
 import recipes
-from recipes import UserError, _experiment, _graph
+from recipes import UserError, _experiment, _graph, _profile
 
 
 def events(log_dir):
@@ -110,3 +110,24 @@ def test_the_graph_command_writes_the_step_without_training(tmp_path, monkeypatc
 def test_the_graph_command_refuses_eager_mode():
     with pytest.raises(UserError, match="execution.mode=eager builds no graph"):
         _graph.write_graph("mnist_mlp", overrides=["execution.mode=eager"])
+
+
+@pytest.mark.parametrize("kernel, kind", [
+    ("_MklNativeFusedConv2D", "convolution"), ("Conv2DBackpropFilter", "convolution"),
+    ("FusedBatchNormGradV3", "batch norm"), ("_MklConcatV2", "concatenation (forward; its gradient is slices)"),
+    ("ReluGrad", "ReLU"), ("MaxPoolGrad", "pooling"), ("_MklMatMul", "dense (matmul)"),
+    ("AssignAddVariableOp", "optimizer and other element-wise ops"), ("IteratorGetNext", "other"),
+])
+def test_kernels_are_sorted_into_kinds_of_work(kernel, kind):
+    assert _profile.kind_of(kernel) == kind
+
+
+@pytest.mark.slow
+def test_the_profile_command_tables_where_the_step_time_goes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # runs/ is relative to where the command runs
+    path = _profile.profile("mnist_mlp", overrides=["data.source=synthetic",
+                                                    "data.synthetic_examples=256"])
+    rows = [line.split("|")[1:4] for line in path.read_text().splitlines()[4:] if line.startswith("| ")]
+    kinds = {kind.strip(): float(share.strip().rstrip("%")) for kind, _, share in rows}
+    assert "dense (matmul)" in kinds  # an MLP's work is matrix products
+    assert sum(kinds.values()) == pytest.approx(100, abs=0.1 * len(kinds))

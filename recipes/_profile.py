@@ -1,0 +1,100 @@
+"""`python -m recipes profile NAME`: where a training step's time goes.
+
+Trains the recipe for a few steps with TensorBoard's profiler on
+(`callbacks.profile`), then sums the per-op table that the Profile tab shows
+(xprof's `framework_op_stats`, read from the trace) by kind of work:
+convolutions, batch norm, concatenation, and so on. TensorBoard shows the
+table op by op; nothing in it adds it up by kind, so this does.
+"""
+
+import datetime
+import json
+from pathlib import Path
+
+import recipes
+from recipes import RUNS_DIR, UserError, _config, _tables
+
+WARMUP_STEPS, PROFILED_STEPS = 5, 3
+
+# Kind of work by TensorFlow kernel name (oneDNN's carry an _Mkl prefix),
+# first match wins. The backward pass of each layer counts with its kind.
+KINDS = [
+    ("convolution", ("Conv2D", "Conv3D", "DepthwiseConv")),
+    ("batch norm", ("BatchNorm",)),
+    ("concatenation (forward; its gradient is slices)", ("Concat", "Slice")),
+    ("ReLU", ("Relu",)),
+    ("pooling", ("Pool",)),
+    ("dense (matmul)", ("MatMul",)),
+    ("optimizer and other element-wise ops", ("Assign", "Mul", "Add", "Sub", "Sqrt", "Div",
+                                              "Neg", "Square", "Cast", "Maximum", "Minimum")),
+]
+
+
+def kind_of(kernel):
+    """The kind of work that TensorFlow kernel `kernel` does."""
+    for kind, markers in KINDS:
+        if any(marker in kernel for marker in markers):
+            return kind
+    return "other"
+
+
+def profile(name, config_files=(), overrides=()):
+    """Profiles recipe `name`'s training steps; prints and returns the table's path."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_dir = RUNS_DIR / "profile" / name / stamp
+    first = WARMUP_STEPS + 1
+    config = _config.resolve(name, config_files, [
+        *overrides, "train.epochs=1", f"train.steps_per_epoch={WARMUP_STEPS + PROFILED_STEPS}",
+        f"callbacks.profile={first},{first + PROFILED_STEPS - 1}", "callbacks.tensorboard=true",
+        "callbacks.checkpoint=false", f"run.dir={out_dir}", "run.verbose=0",
+    ], announce=print)
+    if config["execution"]["mode"] == "eager":
+        raise UserError("profile times graph ops; execution.mode=eager runs op by op "
+                        "from Python. Use execution.mode=graph or xla.")
+    experiment = recipes.load(name).build(config)
+    # No validation: the profile covers training steps only.
+    experiment.model.fit(**{**experiment.fit_args, "validation_data": None})
+    traces = sorted((out_dir / "tensorboard" / "train" / "plugins" / "profile").glob("*/*.xplane.pb"))
+    if not traces:
+        raise UserError(f"The profiler wrote no trace under {out_dir}: is tensorboard-plugin-profile "
+                        "installed (make setup)?")
+    rows = by_kind(op_times(traces[-1]))
+    columns = ["kind of work", "ms per step", "share"]
+    table = _tables.markdown_table(columns, [
+        dict(zip(columns, (kind, f"{ms / PROFILED_STEPS:.1f}", f"{share:.1%}")))
+        for kind, ms, share in rows])
+    path = out_dir / "profile_table.md"
+    path.write_text(f"{name}: self time of the host's ops over {PROFILED_STEPS} profiled "
+                    f"training steps ({config['execution']['mode']} mode, batch "
+                    f"{experiment.data.batch_size}, {config['execution']['precision']})\n\n"
+                    + table + "\n")
+    print(path.read_text() + f"\nwritten to {path}; the trace: tensorboard --logdir "
+          f"{out_dir / 'tensorboard'} (Profile tab)")
+    return path
+
+
+def op_times(trace):
+    """{kernel type: self time in ms} from the trace's per-op table."""
+    from xprof.convert import raw_to_tool_data
+
+    op_stats, _ = raw_to_tool_data.xspace_to_tool_data([Path(trace)], "framework_op_stats", {})
+    times = {}
+    for table in json.loads(op_stats):
+        columns = [column["id"] for column in table["cols"]]
+        kind, self_time = columns.index("type"), columns.index("total_self_time")
+        for row in table["rows"]:
+            cells = row["c"]
+            if cells[kind]["v"] == "IDLE":
+                continue
+            times[cells[kind]["v"]] = times.get(cells[kind]["v"], 0.0) + cells[self_time]["v"] / 1e3
+    return times
+
+
+def by_kind(times):
+    """[(kind, ms, share)] from {kernel: ms}, the largest first."""
+    total = sum(times.values())
+    kinds = {}
+    for kernel, ms in times.items():
+        kinds[kind_of(kernel)] = kinds.get(kind_of(kernel), 0.0) + ms
+    return sorted(((kind, ms, ms / total) for kind, ms in kinds.items()),
+                  key=lambda row: -row[1])
