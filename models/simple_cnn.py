@@ -11,8 +11,9 @@ def simple_cnn(input_shape, num_classes, filters=(32, 64), dense_units=512,
     Args:
         input_shape: shape of one image, e.g. `(32, 32, 3)`.
         num_classes: number of output classes.
-        filters: convolution filters of each stage; each stage halves the
-            spatial size.
+        filters: convolution filters of each stage; each stage's unpadded
+            convolution takes 2 pixels off and its pool halves the rest
+            (32 -> 15 -> 6 for CIFAR-10).
         dense_units: width of the hidden dense layer.
         conv_dropout: dropout rate after each stage.
         dense_dropout: dropout rate after the hidden dense layer.

@@ -64,6 +64,10 @@ def crossentropy(data, label_smoothing=0.0):
     (soft, once MixUp or CutMix blend them) labels, sparse for class indices."""
     if data.one_hot:
         return keras.losses.CategoricalCrossentropy(label_smoothing=label_smoothing)
+    if label_smoothing:
+        # Keras' sparse loss has no smoothing: it would be dropped silently.
+        raise UserError("train.label_smoothing needs one-hot labels, and this recipe "
+                        "trains on class indices; leave it at 0.")
     return keras.losses.SparseCategoricalCrossentropy()
 
 
@@ -168,7 +172,10 @@ class Experiment:
             # "held_out" training images, or "test": every training image
             # trained (data.validation_split=0, the Keras examples' protocol).
             "validated_on": self.data.validated_on,
-            "timing": self.timing.summary(),
+            # Every epoch's time, from history.csv: also the epochs an
+            # earlier, interrupted process of this run trained.
+            "timing": {**self.timing.summary(),
+                       "epoch_s": _rundir.read_column(run_dir / "history.csv", "time_epoch_s")},
             "versions": _environment.versions(),
             "device": _environment.device_info(),
         }

@@ -65,8 +65,8 @@ def choose(config):
         changed = _changed_keys(yaml.safe_load((run_dir / "config.yaml").read_text()), config)
         if changed:
             raise UserError(f"Cannot resume {run_dir}: its config differs in "
-                            f"{', '.join(changed)}. Only run.*, train.epochs, execution.mode "
-                            "and execution.steps_per_execution may change; use the same "
+                            f"{', '.join(changed)}. Only run.*, train.epochs, execution.mode, "
+                            "execution.steps_per_execution and execution.onednn may change; use the same "
                             "settings, or another run.dir.")
         print(f"resuming the run in {run_dir} from its last finished epoch")
     return run_dir
@@ -170,6 +170,15 @@ def _changed_keys(old, new, prefix=""):
         elif a != b:
             changed.append(dotted)
     return changed
+
+
+def read_column(path, column):
+    """One column of the CSV history, as floats, for the epochs that have it."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    with path.open() as file:
+        return [float(row[column]) for row in csv.DictReader(file) if row.get(column)]
 
 
 def read_history(path):

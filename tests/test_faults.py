@@ -68,6 +68,7 @@ def test_a_damaged_latest_backup_resumes_from_the_previous_epoch(damage, tiny_co
     assert probe.iterations == 2 * 2  # the previous state: 2 epochs of 2 steps
     assert history_epochs(tmp_path / "run") == [0, 1, 2, 3, 4]  # each epoch once
     assert metrics["epochs_completed"] == 5
+    assert len(metrics["timing"]["epoch_s"]) == 5  # both processes' epochs
 
 
 @pytest.mark.slow
