@@ -16,7 +16,7 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe sweep compare compare-sizes benchmark benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile test test-fast tensorboard clean
+.PHONY: help setup list show recipe sweep compare compare-sizes benchmark benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak test test-fast tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
@@ -35,6 +35,7 @@ help:
 	@echo "make benchmark-distributed [NAME=...] [DEVICES=cpu:2] images/s without and with MirroredStrategy"
 	@echo "make graph NAME=<recipe> [ARGS=...]                training-step graph for TensorBoard, no training"
 	@echo "make profile NAME=<recipe> [ARGS=...]              where a training step's time goes, by kind of op"
+	@echo "make soak [NAME=mnist_mlp] [KILLS=20] [ARGS=...]    kill -9 a training N times, resume each; what survived"
 	@echo "make show NAME=<recipe> [ARGS=...]                 print its resolved config"
 	@echo "make list                                          every recipe"
 	@echo "make test                                          the offline test suite"
@@ -132,6 +133,13 @@ benchmark-distributed: $(INSTALLED)
 # variant (fresh processes). Not a test: it reports.
 memory: $(INSTALLED)
 	@$(PY) -m recipes memory $(or $(NAME),revnet_cifar10) $(ARGS)
+
+# SIGKILLs a short training KILLS times, some during a checkpoint write, and
+# resumes it each time; a table of what survived. Not a test: it reports.
+KILLS ?= 20
+SOAK_ARGS ?= data.source=synthetic train.epochs=30 train.steps_per_epoch=20
+soak: $(INSTALLED)
+	@$(PY) -m recipes soak $(or $(NAME),mnist_mlp) kills=$(KILLS) $(SOAK_ARGS) $(ARGS)
 
 # A few training steps under the profiler, and where their time goes by
 # kind of op (convolution, batch norm, ...). Not a test: it reports.

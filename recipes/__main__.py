@@ -44,6 +44,9 @@ def main(argv=None):
                                          "and AutoGraph's code, without training"),
                                ("profile", "profile a few training steps; a table of where "
                                            "their time goes, by kind of op"),
+                               ("soak", "SIGKILL a training N times at random moments and "
+                                        "resume it each time; a table of what survived "
+                                        "(option kills=N)"),
                                ("augment-benchmark", "time each augmentation, and training with "
                                                      "it on host and device (option steps=N)"),
                                ("data-benchmark", "time the input pipeline alone: loading, "
@@ -89,7 +92,7 @@ def main(argv=None):
     if args.command not in ("list", "curves"):
         # Resolved now, before any command imports TensorFlow: a typo fails at
         # once, and execution.onednn can still reach TensorFlow's start.
-        tool_options = {"modes", "steps", "repeats", "size", "backprop", "workers"}
+        tool_options = {"modes", "steps", "repeats", "size", "backprop", "workers", "kills"}
         _environment.request_onednn(_config.resolve(
             args.name, args.config,
             [item for item in args.overrides if item.partition("=")[0] not in tool_options],
@@ -166,6 +169,13 @@ def main(argv=None):
         from recipes import _graph
 
         _graph.write_graph(args.name, args.config, args.overrides)
+        return 0
+    if args.command == "soak":
+        from recipes import _compare, _soak
+
+        options, overrides = _compare.split_options(args.overrides, {"kills"})
+        kills = _compare.parse_count("kills", options.get("kills", "20"), 1)
+        _soak.soak(args.name, kills, args.config, overrides)
         return 0
     if args.command == "profile":
         from recipes import _profile

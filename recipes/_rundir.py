@@ -172,21 +172,22 @@ def _changed_keys(old, new, prefix=""):
     return changed
 
 
-def read_column(path, column):
-    """One column of the CSV history, as floats, for the epochs that have it."""
+def read_rows(path):
+    """The CSV history's rows as dicts of strings; [] if there is none yet."""
     path = Path(path)
     if not path.exists():
         return []
     with path.open() as file:
-        return [float(row[column]) for row in csv.DictReader(file) if row.get(column)]
+        return list(csv.DictReader(file))
+
+
+def read_column(path, column):
+    """One column of the CSV history, as floats, for the epochs that have it."""
+    return [float(row[column]) for row in read_rows(path) if row.get(column)]
 
 
 def read_history(path):
     """The CSV history's epochs as dicts of the model's metrics."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    with path.open() as file:
-        return [{k: float(v) for k, v in row.items()
-                 if k != "epoch" and not k.startswith("time_") and v != ""}
-                for row in csv.DictReader(file)]
+    return [{k: float(v) for k, v in row.items()
+             if k != "epoch" and not k.startswith("time_") and v != ""}
+            for row in read_rows(path)]

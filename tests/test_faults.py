@@ -14,7 +14,7 @@ import tensorflow as tf
 import recipes
 from callbacks import DivergenceStop, TrainingDiverged
 from conftest import ROOT, TINY
-from recipes import UserError, _config, _data
+from recipes import UserError, _config, _data, _soak
 
 from test_data import write_folder
 from test_resume import RecordStartingState, fit_with
@@ -174,3 +174,13 @@ def test_an_unwritable_run_directory_is_a_user_error(tiny_config, tmp_path):
     blocker.write_text("")
     with pytest.raises(UserError, match="Cannot write the run directory"):
         recipes.load("mnist_mlp").build(tiny_config("mnist_mlp", f"run.dir={blocker / 'run'}"))
+
+
+@pytest.mark.slow
+def test_the_soak_kills_and_resumes_a_run_to_its_end(tmp_path):
+    row = _soak.soak("mnist_mlp", kills=2, overrides=[*TINY, "train.epochs=8",
+                                                      "train.steps_per_epoch=40"],
+                     runs_dir=tmp_path)
+    assert row["kills"] >= 1 and row["resumes that succeeded"] == row["kills"]
+    assert row["finished epochs lost per kill (max)"] <= 1
+    assert row["every epoch once in history.csv"] and row["run finished"]

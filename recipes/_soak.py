@@ -1,0 +1,97 @@
+"""`python -m recipes soak NAME kills=N`: kill a training N times, resume it each time.
+
+Runs `python -m recipes run NAME` in a run directory of its own and SIGKILLs
+it at random moments, half of them timed to land inside a checkpoint write
+(the moment BackupAndRestore has copied its previous state aside and is
+writing the new one). After each kill it checks what the next start will
+resume from (`_rundir.check_backup`, which the run itself calls first) and
+starts the same command again. At the end the run goes on to finish, and a
+table says whether it survived: kills, successful resumes, finished epochs
+lost per kill, whether every epoch appears once in history.csv, whether the
+run finished.
+"""
+
+import datetime
+import random
+import subprocess
+import sys
+import time
+
+from recipes import RUNS_DIR, UserError, _config, _rundir, _tables
+
+POLL_S = 0.001
+
+
+def soak(name, kills=20, config_files=(), overrides=(), seed=0, runs_dir=RUNS_DIR):
+    """Kills and resumes recipe `name` `kills` times; prints and returns the results."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = (runs_dir / "soak" / name / stamp).resolve()
+    overrides = [*overrides, f"run.dir={run_dir}", "run.verbose=0"]
+    config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
+    epochs = config["train"]["epochs"]
+    command = [sys.executable, "-m", "recipes", "run", name,
+               *[f"--config={path}" for path in config_files], *overrides]
+    rng = random.Random(seed)
+    lost, log = [], run_dir.parent / f"{stamp}.log"
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as output:
+        for kill in range(1, kills + 1):
+            process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+            during_write = kill % 2 == 0
+            recorded = _wait_and_kill(process, run_dir, during_write, rng)
+            if recorded is None:  # it finished before this kill
+                break
+            restored = _rundir.check_backup(run_dir)
+            lost.append(recorded - restored)
+            print(f"kill {kill}: {'during a checkpoint write' if during_write else 'at random'} "
+                  f"after {recorded} finished epochs; resumes from {restored}", flush=True)
+        else:
+            process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+        returncode = process.wait()
+    # Every kill was followed by a start; the last one ran to its end.
+    resumed = len(lost) - (returncode != 0)
+    history = [int(row["epoch"]) for row in _rundir.read_rows(run_dir / "history.csv")]
+    row = {
+        "kills": len(lost),
+        "resumes that succeeded": resumed,
+        "finished epochs lost per kill (max)": max(lost, default=0),
+        "epochs lost in all": sum(lost),
+        "every epoch once in history.csv": history == list(range(epochs)),
+        "run finished": (run_dir / "metrics.json").exists(),
+    }
+    table = _tables.markdown_table(list(row), [row])
+    (run_dir / "soak.md").write_text(table + "\n")
+    print(f"\n{table}\n\nrun: {run_dir}; the processes' output: {log}")
+    if returncode != 0:
+        raise UserError(f"The final run did not finish (exit {returncode}); see {log}.")
+    return row
+
+
+def _wait_and_kill(process, run_dir, during_write, rng):
+    """SIGKILLs `process` once it has trained a while; returns the epochs
+    history.csv recorded at that moment, or None if it exited first.
+
+    At random: up to 1.5 s after it finishes an epoch, so that every process
+    trains (a kill during start-up tests nothing). During a write: as soon
+    as BackupAndRestore has copied its previous state aside.
+    """
+    history, marker = run_dir / "history.csv", run_dir / "backup" / "training_metadata.json.bkp"
+    size = lambda path: path.stat().st_size if path.exists() else 0  # noqa: E731
+    started, deadline = size(history), None
+    stamp = marker.stat().st_mtime_ns if marker.exists() else None
+    while process.poll() is None:
+        if during_write:
+            # The previous state was just copied aside: the new one is being written.
+            if marker.exists() and marker.stat().st_mtime_ns != stamp:
+                break
+        elif deadline is None:
+            if size(history) > started:  # an epoch's row was appended
+                deadline = time.monotonic() + rng.uniform(0.0, 1.5)
+        elif time.monotonic() > deadline:
+            break
+        time.sleep(POLL_S)
+    if process.poll() is not None:
+        return None
+    process.kill()
+    process.wait()
+    return len(_rundir.read_rows(history))
