@@ -244,7 +244,10 @@ def standard_callbacks(config, run_dir, chief=True):
     # write; _rundir.check_backup picks the state to resume from. Last, so
     # that an epoch is backed up only once every other callback has
     # recorded it. One directory per worker: Keras 3's is not multi-worker aware.
-    backup = keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True)
+    # The final state stays too (delete_checkpoint=False): a finished run can
+    # be trained further by raising train.epochs.
+    backup = keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
+                                              delete_checkpoint=False)
     if not chief:
         return [*callbacks, backup]
     callbacks.append(keras.callbacks.CSVLogger(run_dir / "history.csv", append=True))

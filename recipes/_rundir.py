@@ -58,18 +58,39 @@ def choose(config):
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         return RUNS_DIR / name / stamp
 
-    if (run_dir / "metrics.json").exists():
-        raise UserError(f"{run_dir} holds a finished run (metrics.json). "
-                        "Start a new run, or give another run.dir.")
     if (run_dir / "config.yaml").exists():
-        changed = _changed_keys(yaml.safe_load((run_dir / "config.yaml").read_text()), config)
+        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+        changed = _changed_keys(saved, config)
         if changed:
             raise UserError(f"Cannot resume {run_dir}: its config differs in "
                             f"{', '.join(changed)}. Only run.*, train.epochs, execution.mode, "
                             "execution.steps_per_execution and execution.onednn may change; use the same "
                             "settings, or another run.dir.")
+        epochs = config["train"]["epochs"]
+        schedule = config["train"].get("schedule", "constant")
+        if saved["train"]["epochs"] != epochs and schedule != "constant":
+            raise UserError(f"Cannot change train.epochs from {saved['train']['epochs']} to {epochs} "
+                            f"when resuming {run_dir}: its learning rate follows a '{schedule}' "
+                            "schedule over all its epochs, which would jump to a new curve. "
+                            "Keep the epochs, or start a new run.")
+        if (run_dir / "metrics.json").exists():
+            _reopen_finished(run_dir, epochs)
         print(f"resuming the run in {run_dir} from its last finished epoch")
     return run_dir
+
+
+def _reopen_finished(run_dir, epochs):
+    """Lets a finished run train on to `epochs`, from the final state its
+    backup kept; its metrics.json is kept as metrics-N-epochs.json."""
+    done = len(read_history(run_dir / "history.csv"))
+    if epochs <= done:
+        raise UserError(f"{run_dir} holds a finished run of {done} epochs (metrics.json). "
+                        f"Raise train.epochs above {done} to train it further, or start a new run.")
+    if not (run_dir / "backup" / BACKUP_METADATA).exists():
+        raise UserError(f"{run_dir} holds a finished run without its final training state "
+                        f"(backup/{BACKUP_METADATA}), so it cannot train further: start a new run.")
+    (run_dir / "metrics.json").rename(run_dir / f"metrics-{done}-epochs.json")
+    print(f"extending the finished run in {run_dir} from {done} to {epochs} epochs")
 
 
 # What keras.callbacks.BackupAndRestore(double_checkpoint=True) writes in

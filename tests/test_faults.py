@@ -14,7 +14,7 @@ import tensorflow as tf
 import recipes
 from callbacks import DivergenceStop, TrainingDiverged
 from conftest import ROOT, TINY
-from recipes import UserError, _config, _data, _soak
+from recipes import UserError, _config, _data, _rundir, _soak
 
 from test_data import write_folder
 from test_resume import RecordStartingState, fit_with
@@ -184,3 +184,29 @@ def test_the_soak_kills_and_resumes_a_run_to_its_end(tmp_path):
     assert row["kills"] >= 1 and row["resumes that succeeded"] == row["kills"]
     assert row["finished epochs lost per kill (max)"] <= 1
     assert row["every epoch once in history.csv"] and row["run finished"]
+
+
+@pytest.mark.slow
+def test_a_finished_run_trains_further_when_train_epochs_is_raised(tiny_config, tmp_path, capsys):
+    """The tf.function lesson's workflow: an eager epoch to debug, then on as a graph."""
+    recipe = recipes.load("mnist_mlp")
+    first = recipe.run(tiny_config("mnist_mlp", "train.epochs=1", "execution.mode=eager"))
+    probe = RecordStartingState()
+    with pytest.raises(UserError, match="finished run of 1 epochs.*Raise train.epochs above 1"):
+        recipe.build(tiny_config("mnist_mlp", "train.epochs=1"))
+    metrics = fit_with(recipe, tiny_config("mnist_mlp", "train.epochs=3", "execution.mode=graph"),
+                       probe)
+    assert "extending the finished run" in capsys.readouterr().out
+    assert probe.iterations == 2  # one epoch of two steps, then on
+    assert history_epochs(tmp_path / "run") == [0, 1, 2]
+    assert metrics["epochs_completed"] == 3 and metrics["mode_used"] == "graph"
+    assert json.loads((tmp_path / "run" / "metrics-1-epochs.json").read_text()) == first
+
+
+def test_changing_the_epochs_of_a_scheduled_run_is_refused(tiny_config, tmp_path):
+    """A cosine schedule spans all epochs: more of them would restart its curve."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(_config.dump(tiny_config("densenet_cifar10_cpu")))
+    with pytest.raises(UserError, match="'cosine' schedule over all its epochs"):
+        _rundir.choose(tiny_config("densenet_cifar10_cpu", "train.epochs=5"))
