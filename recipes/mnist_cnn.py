@@ -3,8 +3,9 @@
 The convolutional network of the Keras example `examples/mnist_cnn.py`
 (keras-team/keras, Keras 2), which "gets to 99.25% test accuracy after 12
 epochs" of Adadelta at batch 128; `configs/mnist_cnn.yaml` follows it.
-`fashion_mnist_cnn` trains it on Fashion-MNIST. Not measured here: MNIST
-cannot be downloaded on the machine this repository is developed on.
+`fashion_mnist_cnn` trains it on Fashion-MNIST. Measured on MNIST's real
+training digits (README, "Real images on a CPU"): 99.25% on 6,000 held-out
+ones after 12 epochs, 7.5 minutes on a 2-core CPU.
 
     make recipe NAME=mnist_cnn
     make recipe NAME=fashion_mnist_cnn ARGS="execution.mode=xla"

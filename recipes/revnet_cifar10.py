@@ -69,7 +69,9 @@ def build(config):
     with strategy.scope():
         # Per-channel normalization with the training images' statistics, inside
         # the model: a saved model takes plain [0, 1] images.
-        normalization = keras.layers.Normalization(axis=-1, name="normalization")
+        # float32 under a mixed policy too: `adapt` sums float32 images.
+        normalization = keras.layers.Normalization(axis=-1, dtype="float32",
+                                                   name="normalization")
         normalization.adapt(data.train_plain.map(lambda images, labels: images))
         model = models.revnet(
             data.input_shape, data.num_classes, **spec,

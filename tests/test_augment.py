@@ -91,7 +91,7 @@ def test_soft_labels_train_with_the_densenet_loss_and_accuracy():
 
 @pytest.mark.parametrize("entries, one_hot, message", [
     (["flip", "rotate"], True, "Unknown augmentation 'rotate' in data.augment; known: flip, "
-                               "pad_crop, randaugment, random_erasing, color_jitter, mixup, cutmix"),
+                               "pad_crop, shift, randaugment, random_erasing, color_jitter, mixup, cutmix"),
     ([{"pad_crop": {"pad": 4}}], True, "bad parameters for 'pad_crop'.*it takes padding"),
     ([{"flip": 3}], True, "cannot read {'flip': 3}"),
 ])

@@ -122,7 +122,7 @@ def test_a_loss_a_thousandfold_over_its_lowest_is_warned_about_once(capsys):
 def test_a_diverging_run_exits_with_one_line_and_is_not_finished(tmp_path):
     run_dir = tmp_path / "run"
     result = subprocess.run(
-        [sys.executable, "-m", "recipes", "run", "mnist_softmax", *TINY, "train.lr=1e30",
+        [sys.executable, "-m", "recipes", "run", "mnist_mlp", *TINY, "train.lr=1e30",
          f"run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 3, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
