@@ -56,6 +56,14 @@ def launch(name, workers, config_files=(), overrides=()):
     # latest unfinished one.
     run_dir = _rundir.choose(config)
     (run_dir / "workers").mkdir(parents=True, exist_ok=True)
+    # Every worker must resume from the same epoch: one killed while writing
+    # its backup falls back to its previous state, and the others would not.
+    restored = {directory: _rundir.check_backup(directory) for directory in
+                [run_dir, *(run_dir / "workers" / f"worker-{i}" for i in range(1, workers))]}
+    if len(set(restored.values())) > 1:
+        raise UserError("The workers' backups hold different epochs ("
+                        + ", ".join(f"{d}: {n}" for d, n in restored.items())
+                        + "), so they cannot resume together: start a new run.dir.")
     cluster = [f"localhost:{port}" for port in free_ports(workers)]
     command = [sys.executable, "-m", "recipes", "run", name,
                *(f"--config={path}" for path in config_files), *overrides, f"run.dir={run_dir}"]
