@@ -43,11 +43,14 @@ def profile(name, config_files=(), overrides=()):
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = RUNS_DIR / "profile" / name / stamp
     first = WARMUP_STEPS + 1
-    config = _config.resolve(name, config_files, [
-        *overrides, "train.epochs=1", f"train.steps_per_epoch={WARMUP_STEPS + PROFILED_STEPS}",
-        f"callbacks.profile={first},{first + PROFILED_STEPS - 1}", "callbacks.tensorboard=true",
-        "callbacks.checkpoint=false", f"run.dir={out_dir}", "run.verbose=0",
-    ], announce=print)
+    forced = ["train.epochs=1", f"train.steps_per_epoch={WARMUP_STEPS + PROFILED_STEPS}",
+              f"callbacks.profile={first},{first + PROFILED_STEPS - 1}",
+              "callbacks.tensorboard=true", "callbacks.checkpoint=false", f"run.dir={out_dir}",
+              "run.verbose=0"]
+    config = _config.resolve(name, config_files, [*overrides, *forced], announce=lambda line: None)
+    if config["train"].get("warmup_epochs"):  # one epoch leaves no room for a warm-up
+        forced.append("train.warmup_epochs=0")
+    config = _config.resolve(name, config_files, [*overrides, *forced], announce=print)
     if config["execution"]["mode"] == "eager":
         raise UserError("profile times graph ops; execution.mode=eager runs op by op "
                         "from Python. Use execution.mode=graph or xla.")
