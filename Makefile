@@ -137,7 +137,7 @@ memory: $(INSTALLED)
 # SIGKILLs a short training KILLS times, some during a checkpoint write, and
 # resumes it each time; a table of what survived. Not a test: it reports.
 KILLS ?= 20
-SOAK_ARGS ?= data.source=synthetic train.epochs=30 train.steps_per_epoch=20
+SOAK_ARGS ?= data.source=synthetic train.epochs=60 train.steps_per_epoch=20
 soak: $(INSTALLED)
 	@$(PY) -m recipes soak $(or $(NAME),mnist_mlp) kills=$(KILLS) $(SOAK_ARGS) $(ARGS)
 

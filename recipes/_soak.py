@@ -39,15 +39,18 @@ def soak(name, kills=20, config_files=(), overrides=(), seed=0, runs_dir=RUNS_DI
             process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
             during_write = kill % 2 == 0
             recorded = _wait_and_kill(process, run_dir, during_write, rng)
-            if recorded is None:  # it finished before this kill
+            if recorded is None:  # it exited before this kill
+                returncode = process.returncode
+                break
+            if (run_dir / "metrics.json").exists():  # killed as it exited: it had finished
+                returncode = 0
                 break
             restored = _rundir.check_backup(run_dir)
             lost.append(recorded - restored)
             print(f"kill {kill}: {'during a checkpoint write' if during_write else 'at random'} "
                   f"after {recorded} finished epochs; resumes from {restored}", flush=True)
         else:
-            process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
-        returncode = process.wait()
+            returncode = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT).returncode
     # Every kill was followed by a start; the last one ran to its end.
     resumed = len(lost) - (returncode != 0)
     history = [int(row["epoch"]) for row in _rundir.read_rows(run_dir / "history.csv")]
