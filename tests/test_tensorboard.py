@@ -114,9 +114,12 @@ def test_the_graph_command_refuses_eager_mode():
 
 @pytest.mark.parametrize("kernel, kind", [
     ("_MklNativeFusedConv2D", "convolution"), ("Conv2DBackpropFilter", "convolution"),
-    ("FusedBatchNormGradV3", "batch norm"), ("_MklConcatV2", "concatenation (forward; its gradient is slices)"),
+    ("FusedBatchNormGradV3", "batch norm, fused"),
+    ("_MklConcatV2", "concatenation (forward; its gradient is slices)"),
     ("ReluGrad", "ReLU"), ("MaxPoolGrad", "pooling"), ("_MklMatMul", "dense (matmul)"),
-    ("AssignAddVariableOp", "optimizer and other element-wise ops"), ("IteratorGetNext", "other"),
+    ("Tile", "reductions and broadcasts (batch norm's statistics and their gradients)"),
+    ("SquaredDifference", "element-wise (batch norm's scaling, the optimizer, weight decay)"),
+    ("IteratorGetNext", "input pipeline"), ("GatherV2", "other"),
 ])
 def test_kernels_are_sorted_into_kinds_of_work(kernel, kind):
     assert _profile.kind_of(kernel) == kind
@@ -131,5 +134,6 @@ def test_the_profile_command_tables_where_the_step_time_goes(tmp_path, monkeypat
         "model.depth=10", "model.growth_rate=8", "execution.onednn=null"])
     rows = [line.split("|")[1:4] for line in path.read_text().splitlines()[4:] if line.startswith("| ")]
     kinds = {kind.strip(): float(share.strip().rstrip("%")) for kind, _, share in rows}
-    assert {"convolution", "batch norm", "concatenation (forward; its gradient is slices)"} <= set(kinds)
+    assert {"convolution", "concatenation (forward; its gradient is slices)",
+            "reductions and broadcasts (batch norm's statistics and their gradients)"} <= set(kinds)
     assert sum(kinds.values()) == pytest.approx(100, abs=0.1 * len(kinds))
