@@ -32,7 +32,7 @@ class DivergenceStop(keras.callbacks.Callback):
     try:
         model.fit(x, y, callbacks=[DivergenceStop("runs/mine")])
     except TrainingDiverged as error:
-        print(error)  # the loss at epoch 3, step 17 is nan ...
+        print(error)  # the training loss became nan at epoch 3, step 17: ...
     ```
     """
 
@@ -45,6 +45,11 @@ class DivergenceStop(keras.callbacks.Callback):
         self.epoch = 0
         self.lowest = math.inf
         self.warned = False
+
+    def on_train_begin(self, logs=None):
+        # A resumed run that diverged before is no longer diverged.
+        if self.run_dir is not None:
+            (self.run_dir / "status.json").unlink(missing_ok=True)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
