@@ -11,8 +11,7 @@ import warnings
 import keras
 import numpy as np
 
-from callbacks import (Diagnostics, DivergenceStop, ExecutionModeCheck, GraphWriter, Timing,
-                       execution_mode)
+from callbacks import Diagnostics, DivergenceStop, ExecutionModeCheck, GraphWriter, execution_mode
 from models import AugmentedModel, network_of
 from recipes import UserError, _distribute, _environment, _rundir
 
@@ -48,41 +47,41 @@ def learning_rate(config, strategy):
     return config["train"]["lr"] * scale
 
 
-def compile_options(config):
-    """Returns the `model.compile` arguments of `config`'s execution mode."""
-    execution = config["execution"]
-    mode = execution["mode"]
-    return {
-        "run_eagerly": mode == "eager",
-        "jit_compile": mode == "xla",
-        "steps_per_execution": execution["steps_per_execution"],
-    }
+def learning_rate_schedule(train_config, steps_per_epoch, lr):
+    """The learning rate per optimizer step that `train.schedule` names,
+    peaking at `lr`.
 
-
-def crossentropy(data, label_smoothing=0.0):
-    """The classification loss for `data`'s labels: categorical for one-hot
-    (soft, once MixUp or CutMix blend them) labels, sparse for class indices."""
-    if data.one_hot:
-        return keras.losses.CategoricalCrossentropy(label_smoothing=label_smoothing)
-    if label_smoothing:
-        # Keras' sparse loss has no smoothing: it would be dropped silently.
-        raise UserError("train.label_smoothing needs one-hot labels, and this recipe "
-                        "trains on class indices; leave it at 0.")
-    return keras.losses.SparseCategoricalCrossentropy()
+    `step`: the paper's, `lr` divided by 10 at 50% and again at 75% of the
+    steps. `cosine`: a linear warm-up over `train.warmup_epochs`, then cosine
+    decay to 0. `constant`: `lr` throughout, after the warm-up if there is one.
+    The schedules count optimizer steps, which a resumed run restores.
+    """
+    total = train_config["epochs"] * steps_per_epoch
+    warmup = train_config["warmup_epochs"] * steps_per_epoch
+    if train_config["schedule"] == "step":
+        # The rate moves on once `step` passes a boundary; step n is the (n+1)th.
+        return keras.optimizers.schedules.PiecewiseConstantDecay(
+            boundaries=[total // 2 - 1, total * 3 // 4 - 1], values=[lr, lr / 10, lr / 100])
+    if train_config["schedule"] == "constant" and not warmup:
+        return lr
+    if warmup >= total:
+        raise UserError(f"train.warmup_epochs={train_config['warmup_epochs']} leaves "
+                        f"no epoch of the {train_config['epochs']} to train after it; lower it.")
+    # alpha is the floor of the decay, as a fraction of lr: 1 keeps it constant.
+    return keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=0.0 if warmup else lr, decay_steps=total - warmup,
+        alpha=1.0 if train_config["schedule"] == "constant" else 0.0,
+        warmup_target=lr if warmup else None, warmup_steps=warmup)
 
 
 class Experiment:
-    """A recipe, built: the compiled model, its data, and what `fit` needs.
+    """A recipe, built: the compiled model, its data and its strategy.
 
-    Every recipe's `build(config)` returns one, and its `run(config)` is
-    `model.fit(**experiment.fit_args)`, an evaluation and `finish`. The tools
-    (`compare`, `graph`, `preview`, `sweep`) start from `build` too, so they
-    train exactly what the recipe trains.
-
-    Creating one creates the run directory (or reuses it, to resume) and
-    writes the resolved `config.yaml` into it. Under `multi_worker`, only
-    the chief (worker 0) writes the run's files there; each other worker
-    keeps its own training state in `workers/worker-I/` beside them.
+    Every recipe's `build(config)` returns one; its `run(config)` then opens
+    the run directory, calls `model.fit` with the standard callbacks, evaluates
+    and calls `finish`. The tools (`compare`, `graph`, `preview`, `sweep`)
+    start from `build` too, so they train exactly what the recipe trains.
+    Creating one writes nothing: `open_run_dir` does.
 
     Args:
         config: the resolved config.
@@ -92,11 +91,9 @@ class Experiment:
         strategy: the `tf.distribute.Strategy` the model was built in.
 
     Attributes:
-        run_dir: where this process writes.
-        chief: whether this process writes the run's files.
-        timing: the `Timing` callback, also first in `callbacks`.
-        train: `data.train` with the timing's input-wait stamp.
-        callbacks: `timing`, then the standard callbacks `config` asks for.
+        chief: whether this process writes the run's files (worker 0 of a
+            multi-worker run, or the only process).
+        run_dir: where this process writes, once `open_run_dir` has run.
     """
 
     def __init__(self, config, model, data, strategy):
@@ -106,29 +103,22 @@ class Experiment:
                              f"{data.augment_on!r}, model: {type(model).__name__}.")
         self.config, self.model, self.data, self.strategy = config, model, data, strategy
         self.chief = _distribute.is_chief(config)
-        run_dir = _rundir.choose(config)
+        self.run_dir = None
+
+    def open_run_dir(self):
+        """Creates the run directory, or reopens `run.dir`'s to resume it, and
+        writes the resolved `config.yaml` there; returns its path.
+
+        A damaged or partial backup in it is repaired or refused first. Under
+        `multi_worker`, only the chief writes the run's files; each other
+        worker keeps its own training state in `workers/worker-I/` beside them.
+        """
+        run_dir = _rundir.choose(self.config)
         if not self.chief:
             run_dir = run_dir / "workers" / f"worker-{_distribute.worker_task()[0]}"
-        _rundir.check_backup(run_dir)  # a damaged or partial backup: repaired, or refused
-        # Images/s and input wait count the global batch, every replica's.
-        self.timing = Timing(batch_size=data.batch_size)
-        self.train = self.timing.instrument(data.train)
-        self.callbacks = [self.timing, *standard_callbacks(config, run_dir, self.chief)]
-        if config["callbacks"]["diagnostics"] and self.chief:
-            # The first training images, before augmentation: not from `train`,
-            # whose every new iterator (and augmentation call) moves on the
-            # random state that training then sees.
-            self.callbacks.append(Diagnostics(run_dir / "tensorboard" / "diagnostics",
-                                              next(iter(data.train_plain))))
-        self.run_dir = _rundir.create(run_dir, config)
-
-    @property
-    def fit_args(self):
-        """The keyword arguments of `model.fit` for the whole run."""
-        return dict(x=self.train, validation_data=self.data.validation,
-                    epochs=self.config["train"]["epochs"],
-                    steps_per_epoch=self.data.steps_per_epoch,
-                    callbacks=self.callbacks, verbose=fit_verbose(self.config))
+        _rundir.check_backup(run_dir)
+        self.run_dir = _rundir.create(run_dir, self.config)
+        return self.run_dir
 
     @property
     def augment_on(self):
@@ -137,10 +127,15 @@ class Experiment:
             return "device"
         return "host" if self.data.augment_on == "host" else None
 
-    def finish(self, test_metrics):
+    def finish(self, test_metrics, timing):
         """Writes `metrics.json` into the run directory (the chief only),
         prints a summary and returns the metrics; exports the model first if
-        `run.export` asks."""
+        `run.export` asks.
+
+        Args:
+            test_metrics: `model.evaluate(..., return_dict=True)`'s result.
+            timing: the `Timing` callback that `fit` ran with.
+        """
         config, model, run_dir = self.config, self.model, self.run_dir
         name = config["recipe"]
         if config["run"]["export"] and self.chief:
@@ -174,7 +169,7 @@ class Experiment:
             "validated_on": self.data.validated_on,
             # Every epoch's time, from history.csv: also the epochs an
             # earlier, interrupted process of this run trained.
-            "timing": {**self.timing.summary(),
+            "timing": {**timing.summary(),
                        "epoch_s": _rundir.read_column(run_dir / "history.csv", "time_epoch_s")},
             "versions": _environment.versions(),
             "device": _environment.device_info(),
@@ -225,18 +220,20 @@ def fit_verbose(config):
     return verbose
 
 
-def standard_callbacks(config, run_dir, chief=True):
-    """Returns the callbacks every recipe trains with, as `config` asks; a
-    worker that is not the chief gets only those that write nothing shared.
+def standard_callbacks(config, run_dir, data):
+    """Returns the callbacks every recipe trains with, as `config` asks:
+    ExecutionModeCheck, DivergenceStop, CSVLogger, GraphWriter, TensorBoard,
+    Diagnostics, ModelCheckpoint, and BackupAndRestore last. A worker that is
+    not the chief gets only those that write nothing shared.
 
     Put a `Timing` callback before these, so the TensorBoard and CSV logs
-    record its numbers.
+    record its numbers. `data` gives Diagnostics its first training batch.
     """
     chosen = config["callbacks"]
     callbacks = [
         ExecutionModeCheck(config["execution"]["mode"]),
         # Not TerminateOnNaN, after which fit returns as if it had finished.
-        DivergenceStop(run_dir if chief else None),
+        DivergenceStop(run_dir),
     ]
     # Saves the whole training state each epoch, and restores it when the
     # same run directory trains again: a kill loses one epoch at most. The
@@ -248,7 +245,7 @@ def standard_callbacks(config, run_dir, chief=True):
     # be trained further by raising train.epochs.
     backup = keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
                                               delete_checkpoint=False)
-    if not chief:
+    if not _distribute.is_chief(config):
         return [*callbacks, backup]
     callbacks.append(keras.callbacks.CSVLogger(run_dir / "history.csv", append=True))
     if chosen["graph"]:
@@ -264,6 +261,12 @@ def standard_callbacks(config, run_dir, chief=True):
             raise UserError("callbacks.profile takes the first and last training step to "
                             f"profile, e.g. callbacks.profile=5,8; got {chosen['profile']!r}."
                             ) from None
+    if chosen["diagnostics"]:
+        # The first training images, before augmentation: not from `train`,
+        # whose every new iterator (and augmentation call) moves on the
+        # random state that training then sees.
+        callbacks.append(Diagnostics(run_dir / "tensorboard" / "diagnostics",
+                                     next(iter(data.train_plain))))
     if chosen["checkpoint"]:
         checkpoints = run_dir / "checkpoints"
         callbacks += [

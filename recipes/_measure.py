@@ -20,7 +20,7 @@ import keras
 import tensorflow as tf
 
 import recipes
-from callbacks import execution_mode
+from callbacks import Timing, execution_mode
 from models import network_of
 from recipes import _config, _environment, _loops
 from recipes._compare import SPE, WARMUP_STEPS
@@ -43,7 +43,9 @@ def measure(job):
     config = _config.resolve(job["name"], job["config_files"], overrides,
                              announce=lambda line: None)
     experiment = recipes.load(job["name"]).build(config)
-    model, timing, batches = experiment.model, experiment.timing, experiment.train
+    model, data = experiment.model, experiment.data
+    timing = Timing(batch_size=data.batch_size)
+    batches = timing.instrument(data.train)
     if mode == "graph_ready":
         # One batch, repeated: an input that is always ready.
         batches = timing.instrument(

@@ -146,7 +146,7 @@ def _measure(job):
                 self.peaks.append(tf.config.experimental.get_memory_info(device)["peak"])
 
     probe = StepMemory()
-    experiment.model.fit(experiment.train, epochs=1, steps_per_epoch=config["train"]["steps_per_epoch"],
+    experiment.model.fit(experiment.data.train, epochs=1, steps_per_epoch=config["train"]["steps_per_epoch"],
                          callbacks=[probe], verbose=0)
     network = network_of(experiment.model)
     row = {

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, _tables
+from recipes import RUNS_DIR, UserError, _config, _experiment, _tables
 
 WARMUP_STEPS, PROFILED_STEPS = 5, 3
 
@@ -61,8 +61,13 @@ def profile(name, config_files=(), overrides=()):
         raise UserError("profile times graph ops; execution.mode=eager runs op by op "
                         "from Python. Use execution.mode=graph or xla.")
     experiment = recipes.load(name).build(config)
-    # No validation: the profile covers training steps only.
-    experiment.model.fit(**{**experiment.fit_args, "validation_data": None})
+    run_dir, data = experiment.open_run_dir(), experiment.data
+    # The recipe's callbacks, the TensorBoard profiler among them; no
+    # validation: the profile covers training steps only.
+    experiment.model.fit(data.train, epochs=config["train"]["epochs"],
+                         steps_per_epoch=data.steps_per_epoch,
+                         callbacks=_experiment.standard_callbacks(config, run_dir, data),
+                         verbose=_experiment.fit_verbose(config))
     traces = sorted((out_dir / "tensorboard" / "train" / "plugins" / "profile").glob("*/*.xplane.pb"))
     if not traces:
         raise UserError(f"The profiler wrote no trace under {out_dir}: is tensorboard-plugin-profile "

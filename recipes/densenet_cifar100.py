@@ -19,8 +19,9 @@ measured on the CPU.
 import keras
 
 import models
+from callbacks import Timing
 from models.densenet import variant_spec
-from recipes import UserError, _data, _experiment, _schedules
+from recipes import UserError, _data, _experiment
 from recipes._experiment import Experiment
 
 # Keys of configs/densenet_cifar100.yaml that its values do not type (null
@@ -37,10 +38,10 @@ CONFIG_SCHEMA = {
 
 
 def build(config):
-    """Builds what `run` trains: the data, the compiled model, fit's arguments.
+    """Builds what `run` trains: the data and the compiled model.
 
     Returns:
-        An `Experiment`; its run directory exists and holds `config.yaml`.
+        An `Experiment`: the compiled model, its data and strategy.
     """
     model_config, train_config = config["model"], config["train"]
     # A variant names the paper's settings; fields that are set override it.
@@ -89,15 +90,23 @@ def build(config):
             model = models.AugmentedModel(model, data.augment)
 
         # ## Training setup
-        # The schedule counts optimizer steps, which a resumed run restores.
-        schedule = _schedules.learning_rate(train_config, data.steps_per_epoch,
-                                            _experiment.learning_rate(config, strategy))
+        # train.schedule by name: step (the paper's), cosine or constant.
+        schedule = _experiment.learning_rate_schedule(
+            train_config, data.steps_per_epoch, _experiment.learning_rate(config, strategy))
+        optimizer = keras.optimizers.SGD(learning_rate=schedule,
+                                         momentum=train_config["momentum"], nesterov=True)
+        # One-hot labels (data above), so that they can be smoothed.
+        loss = keras.losses.CategoricalCrossentropy(label_smoothing=train_config["label_smoothing"])
+        # The execution mode is only a compile argument: op by op from Python
+        # (eager), one tf.function per step (graph), or compiled by XLA (xla).
+        mode = config["execution"]["mode"]
         model.compile(
-            optimizer=keras.optimizers.SGD(learning_rate=schedule,
-                                           momentum=train_config["momentum"], nesterov=True),
-            loss=_experiment.crossentropy(data, label_smoothing=train_config["label_smoothing"]),
+            optimizer=optimizer,
+            loss=loss,
             metrics=["accuracy"],
-            **_experiment.compile_options(config),
+            run_eagerly=mode == "eager",
+            jit_compile=mode == "xla",
+            steps_per_execution=config["execution"]["steps_per_execution"],
         )
     return Experiment(config, model, data, strategy)
 
@@ -109,21 +118,38 @@ def run(config):
         The run's metrics, also written to `<run dir>/metrics.json`.
     """
     experiment = build(config)
-    model, model_config = experiment.model, config["model"]
+    model, data = experiment.model, experiment.data
     if config["run"]["verbose"]:
         model.summary()
 
     # ## Training
-    model.fit(**experiment.fit_args)
+    # runs/NAME/<timestamp>, or run.dir's earlier run to resume it: the
+    # resolved config.yaml, history.csv, TensorBoard logs and the backup.
+    run_dir = experiment.open_run_dir()
+    # Timing first, so that the logs record its step time, images/s and input
+    # wait; then standard_callbacks: ExecutionModeCheck, DivergenceStop,
+    # CSVLogger and, as callbacks.* asks, TensorBoard, GraphWriter,
+    # Diagnostics and ModelCheckpoint; BackupAndRestore last.
+    timing = Timing(batch_size=data.batch_size)
+    callbacks = [timing, *_experiment.standard_callbacks(config, run_dir, data)]
+    model.fit(
+        timing.instrument(data.train),
+        validation_data=data.validation,
+        epochs=config["train"]["epochs"],
+        steps_per_epoch=data.steps_per_epoch,
+        callbacks=callbacks,
+        verbose=_experiment.fit_verbose(config),
+    )
 
     # ## Evaluation
     # With model.test_time_flip, each image's prediction is the mean of the
     # network's on the image and on its mirror image (test-time augmentation).
     evaluated = model
-    if model_config["test_time_flip"]:
+    if config["model"]["test_time_flip"]:
+        mode = config["execution"]["mode"]
         with experiment.strategy.scope():
             evaluated = models.flip_averaged(models.network_of(model))
             evaluated.compile(loss=model.loss, metrics=["accuracy"],
-                              **_experiment.compile_options(config))
-    test_metrics = evaluated.evaluate(experiment.data.test, return_dict=True, verbose=0)
-    return experiment.finish(test_metrics)
+                              run_eagerly=mode == "eager", jit_compile=mode == "xla")
+    test_metrics = evaluated.evaluate(data.test, return_dict=True, verbose=0)
+    return experiment.finish(test_metrics, timing)

@@ -30,6 +30,7 @@ import keras
 import tensorflow as tf
 
 import models
+from callbacks import Timing
 from recipes import _data, _experiment
 from recipes._experiment import Experiment
 
@@ -162,10 +163,10 @@ def report(lessons):
 
 
 def build(config):
-    """Builds what `run` trains: the data, the compiled model, fit's arguments.
+    """Builds what `run` trains: the data and the compiled model.
 
     Returns:
-        An `Experiment`; its run directory exists and holds `config.yaml`.
+        An `Experiment`: the compiled model, its data and strategy.
     """
     strategy = _experiment.prepare(config)  # tf.distribute's, a no-op by default
 
@@ -183,12 +184,20 @@ def build(config):
             model = models.AugmentedModel(model, data.augment)
 
         # ## Training setup
+        optimizer = keras.optimizers.Adam(learning_rate=_experiment.learning_rate(config, strategy))
+        # Class indices, or one-hot labels once MixUp or CutMix blend them.
+        loss = (keras.losses.CategoricalCrossentropy() if data.one_hot
+                else keras.losses.SparseCategoricalCrossentropy())
+        # The execution mode is only a compile argument: op by op from Python
+        # (eager), one tf.function per step (graph), or compiled by XLA (xla).
+        mode = config["execution"]["mode"]
         model.compile(
-            optimizer=keras.optimizers.Adam(
-                learning_rate=_experiment.learning_rate(config, strategy)),
-            loss=_experiment.crossentropy(data),
+            optimizer=optimizer,
+            loss=loss,
             metrics=["accuracy"],
-            **_experiment.compile_options(config),
+            run_eagerly=mode == "eager",
+            jit_compile=mode == "xla",
+            steps_per_execution=config["execution"]["steps_per_execution"],
         )
     return Experiment(config, model, data, strategy)
 
@@ -201,17 +210,31 @@ def run(config):
         lessons' results are in `<run dir>/lessons.json`.
     """
     experiment = build(config)
-    log_path = experiment.run_dir / "tf_print.log"
+    model, data = experiment.model, experiment.data
+    # runs/NAME/<timestamp>, or run.dir's earlier run to resume it.
+    run_dir = experiment.open_run_dir()
+    log_path = run_dir / "tf_print.log"
     log_path.write_text("")
     lessons = {"retracing": retracing(), "printing": printing(log_path),
                "autograph": autograph()}
-    (experiment.run_dir / "lessons.json").write_text(json.dumps(lessons, indent=2) + "\n")
+    (run_dir / "lessons.json").write_text(json.dumps(lessons, indent=2) + "\n")
     print(report(lessons), flush=True)
 
     # ## Training
-    model = experiment.model
-    model.fit(**experiment.fit_args)
+    # Timing first, so that the logs record its numbers; then the standard
+    # callbacks (ExecutionModeCheck, DivergenceStop, CSVLogger, ...,
+    # BackupAndRestore last).
+    timing = Timing(batch_size=data.batch_size)
+    callbacks = [timing, *_experiment.standard_callbacks(config, run_dir, data)]
+    model.fit(
+        timing.instrument(data.train),
+        validation_data=data.validation,
+        epochs=config["train"]["epochs"],
+        steps_per_epoch=data.steps_per_epoch,
+        callbacks=callbacks,
+        verbose=_experiment.fit_verbose(config),
+    )
 
     # ## Evaluation
-    test_metrics = model.evaluate(experiment.data.test, return_dict=True, verbose=0)
-    return experiment.finish(test_metrics)
+    test_metrics = model.evaluate(data.test, return_dict=True, verbose=0)
+    return experiment.finish(test_metrics, timing)

@@ -14,15 +14,16 @@ ones after 12 epochs, 7.5 minutes on a 2-core CPU.
 import keras
 
 import models
+from callbacks import Timing
 from recipes import _data, _experiment
 from recipes._experiment import Experiment
 
 
 def build(config):
-    """Builds what `run` trains: the data, the compiled model, fit's arguments.
+    """Builds what `run` trains: the data and the compiled model.
 
     Returns:
-        An `Experiment`; its run directory exists and holds `config.yaml`.
+        An `Experiment`: the compiled model, its data and strategy.
     """
     # Seeds every random generator, the input pipeline's included, and sets
     # the dtype policy, before anything is built; `strategy` is
@@ -55,11 +56,21 @@ def build(config):
         # ## Training setup
         # Adadelta adapts each weight's step; Keras 2's default rate was 1.0
         # (Keras 3's is 1e-3), so the example's rate is set explicitly.
+        optimizer = keras.optimizers.Adadelta(
+            learning_rate=_experiment.learning_rate(config, strategy))
+        # Class indices, or one-hot labels once MixUp or CutMix blend them.
+        loss = (keras.losses.CategoricalCrossentropy() if data.one_hot
+                else keras.losses.SparseCategoricalCrossentropy())
+        # The execution mode is only a compile argument: op by op from Python
+        # (eager), one tf.function per step (graph), or compiled by XLA (xla).
+        mode = config["execution"]["mode"]
         model.compile(
-            optimizer=keras.optimizers.Adadelta(learning_rate=_experiment.learning_rate(config, strategy)),
-            loss=_experiment.crossentropy(data),
+            optimizer=optimizer,
+            loss=loss,
             metrics=["accuracy"],
-            **_experiment.compile_options(config),
+            run_eagerly=mode == "eager",
+            jit_compile=mode == "xla",
+            steps_per_execution=config["execution"]["steps_per_execution"],
         )
     return Experiment(config, model, data, strategy)
 
@@ -71,13 +82,29 @@ def run(config):
         The run's metrics, also written to `<run dir>/metrics.json`.
     """
     experiment = build(config)
-    model = experiment.model
+    model, data = experiment.model, experiment.data
     if config["run"]["verbose"]:
         model.summary()
 
     # ## Training
-    model.fit(**experiment.fit_args)
+    # runs/NAME/<timestamp>, or run.dir's earlier run to resume it: the
+    # resolved config.yaml, history.csv, TensorBoard logs and the backup.
+    run_dir = experiment.open_run_dir()
+    # Timing first, so that the logs record its step time, images/s and input
+    # wait; then standard_callbacks: ExecutionModeCheck, DivergenceStop,
+    # CSVLogger and, as callbacks.* asks, TensorBoard, GraphWriter,
+    # Diagnostics and ModelCheckpoint; BackupAndRestore last.
+    timing = Timing(batch_size=data.batch_size)
+    callbacks = [timing, *_experiment.standard_callbacks(config, run_dir, data)]
+    model.fit(
+        timing.instrument(data.train),
+        validation_data=data.validation,
+        epochs=config["train"]["epochs"],
+        steps_per_epoch=data.steps_per_epoch,
+        callbacks=callbacks,
+        verbose=_experiment.fit_verbose(config),
+    )
 
     # ## Evaluation
-    test_metrics = model.evaluate(experiment.data.test, return_dict=True, verbose=0)
-    return experiment.finish(test_metrics)
+    test_metrics = model.evaluate(data.test, return_dict=True, verbose=0)
+    return experiment.finish(test_metrics, timing)

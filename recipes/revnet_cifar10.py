@@ -22,8 +22,9 @@ each costs.
 import keras
 
 import models
+from callbacks import Timing
 from models.revnet import variant_spec
-from recipes import UserError, _data, _experiment, _schedules
+from recipes import UserError, _data, _experiment
 from recipes._experiment import Experiment
 
 # Keys of configs/revnet_cifar10.yaml with a few allowed values. Read without
@@ -39,10 +40,10 @@ CONFIG_SCHEMA = {
 
 
 def build(config):
-    """Builds what `run` trains: the data, the compiled model, fit's arguments.
+    """Builds what `run` trains: the data and the compiled model.
 
     Returns:
-        An `Experiment`; its run directory exists and holds `config.yaml`.
+        An `Experiment`: the compiled model, its data and strategy.
     """
     model_config, train_config = config["model"], config["train"]
     # A variant names the paper's network; units and filters that are set
@@ -82,15 +83,23 @@ def build(config):
             model = models.AugmentedModel(model, data.augment)
 
         # ## Training setup
-        # The schedule counts optimizer steps, which a resumed run restores.
+        # train.schedule by name: step (the paper's), cosine or constant.
+        schedule = _experiment.learning_rate_schedule(
+            train_config, data.steps_per_epoch, _experiment.learning_rate(config, strategy))
+        optimizer = keras.optimizers.SGD(learning_rate=schedule, momentum=train_config["momentum"])
+        # Class indices, or one-hot labels once MixUp or CutMix blend them.
+        loss = (keras.losses.CategoricalCrossentropy() if data.one_hot
+                else keras.losses.SparseCategoricalCrossentropy())
+        # The execution mode is only a compile argument: op by op from Python
+        # (eager), one tf.function per step (graph), or compiled by XLA (xla).
+        mode = config["execution"]["mode"]
         model.compile(
-            optimizer=keras.optimizers.SGD(
-                learning_rate=_schedules.learning_rate(
-                    train_config, data.steps_per_epoch, _experiment.learning_rate(config, strategy)),
-                momentum=train_config["momentum"]),
-            loss=_experiment.crossentropy(data),
+            optimizer=optimizer,
+            loss=loss,
             metrics=["accuracy"],
-            **_experiment.compile_options(config),
+            run_eagerly=mode == "eager",
+            jit_compile=mode == "xla",
+            steps_per_execution=config["execution"]["steps_per_execution"],
         )
     return Experiment(config, model, data, strategy)
 
@@ -102,13 +111,29 @@ def run(config):
         The run's metrics, also written to `<run dir>/metrics.json`.
     """
     experiment = build(config)
-    model = experiment.model
+    model, data = experiment.model, experiment.data
     if config["run"]["verbose"]:
         model.summary()
 
     # ## Training
-    model.fit(**experiment.fit_args)
+    # runs/NAME/<timestamp>, or run.dir's earlier run to resume it: the
+    # resolved config.yaml, history.csv, TensorBoard logs and the backup.
+    run_dir = experiment.open_run_dir()
+    # Timing first, so that the logs record its step time, images/s and input
+    # wait; then standard_callbacks: ExecutionModeCheck, DivergenceStop,
+    # CSVLogger and, as callbacks.* asks, TensorBoard, GraphWriter,
+    # Diagnostics and ModelCheckpoint; BackupAndRestore last.
+    timing = Timing(batch_size=data.batch_size)
+    callbacks = [timing, *_experiment.standard_callbacks(config, run_dir, data)]
+    model.fit(
+        timing.instrument(data.train),
+        validation_data=data.validation,
+        epochs=config["train"]["epochs"],
+        steps_per_epoch=data.steps_per_epoch,
+        callbacks=callbacks,
+        verbose=_experiment.fit_verbose(config),
+    )
 
     # ## Evaluation
-    test_metrics = model.evaluate(experiment.data.test, return_dict=True, verbose=0)
-    return experiment.finish(test_metrics)
+    test_metrics = model.evaluate(data.test, return_dict=True, verbose=0)
+    return experiment.finish(test_metrics, timing)

@@ -7,7 +7,7 @@ import pytest
 
 import recipes
 from recipes import UserError, _config, _data
-from recipes._schedules import learning_rate as learning_rate_schedule
+from recipes._experiment import learning_rate_schedule
 
 MODERN = _config.CONFIGS_DIR / "densenet_cifar100_modern.yaml"
 
@@ -55,27 +55,27 @@ def learning_rates(schedule, steps):
 
 def test_step_schedule_divides_by_ten_at_half_and_three_quarters():
     train = resolve("densenet_cifar100", "train.epochs=4")["train"]
-    schedule = learning_rate_schedule(train, steps_per_epoch=10)
+    schedule = learning_rate_schedule(train, steps_per_epoch=10, lr=0.1)
     assert learning_rates(schedule, [0, 19, 20, 29, 30, 39]) == pytest.approx(
         [0.1, 0.1, 0.01, 0.01, 0.001, 0.001])
 
 
 def test_cosine_schedule_warms_up_then_decays_to_zero():
     train = resolve("densenet_cifar100_modern", "train.epochs=10", "train.warmup_epochs=2")["train"]
-    schedule = learning_rate_schedule(train, steps_per_epoch=10)
+    schedule = learning_rate_schedule(train, steps_per_epoch=10, lr=0.1)
     rates = learning_rates(schedule, range(0, 101))
     assert rates[0] == 0.0 and rates[10] == pytest.approx(0.05)
     assert max(rates) == pytest.approx(0.1) and rates.index(max(rates)) == 20
     assert rates[60] == pytest.approx(0.05)  # half-way through the decay
     assert all(a >= b for a, b in zip(rates[20:], rates[21:])) and rates[100] == pytest.approx(0.0)
     with pytest.raises(UserError, match="warmup_epochs=10 leaves no epoch"):
-        learning_rate_schedule({**train, "warmup_epochs": 10}, steps_per_epoch=10)
+        learning_rate_schedule({**train, "warmup_epochs": 10}, steps_per_epoch=10, lr=0.1)
 
 
 def test_constant_schedule_keeps_the_rate_after_its_warm_up():
     train = resolve("densenet_cifar100", "train.schedule=constant", "train.epochs=10")["train"]
-    assert learning_rate_schedule(train, steps_per_epoch=10) == 0.1
-    warmed = learning_rate_schedule({**train, "warmup_epochs": 2}, steps_per_epoch=10)
+    assert learning_rate_schedule(train, steps_per_epoch=10, lr=0.1) == 0.1
+    warmed = learning_rate_schedule({**train, "warmup_epochs": 2}, steps_per_epoch=10, lr=0.1)
     rates = learning_rates(warmed, range(0, 101))
     assert rates[0] == 0.0 and rates[10] == pytest.approx(0.05)
     assert rates[20:] == pytest.approx([0.1] * 81)

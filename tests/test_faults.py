@@ -78,7 +78,7 @@ def test_a_backup_with_no_whole_state_is_refused_with_the_file_named(tiny_config
     for name in ("latest.weights.h5", "latest.weights.h5.bkp"):
         (backup / name).write_bytes(b"garbage")
     with pytest.raises(UserError, match=r"latest.weights.h5 is damaged.*Start a new run"):
-        recipes.load("mnist_mlp").build(tiny_config("mnist_mlp", "train.epochs=5"))
+        recipes.load("mnist_mlp").build(tiny_config("mnist_mlp", "train.epochs=5")).open_run_dir()
 
 
 @pytest.mark.slow
@@ -173,7 +173,8 @@ def test_an_unwritable_run_directory_is_a_user_error(tiny_config, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     with pytest.raises(UserError, match="Cannot write the run directory"):
-        recipes.load("mnist_mlp").build(tiny_config("mnist_mlp", f"run.dir={blocker / 'run'}"))
+        recipes.load("mnist_mlp").build(
+            tiny_config("mnist_mlp", f"run.dir={blocker / 'run'}")).open_run_dir()
 
 
 @pytest.mark.slow
@@ -193,7 +194,7 @@ def test_a_finished_run_trains_further_when_train_epochs_is_raised(tiny_config, 
     first = recipe.run(tiny_config("mnist_mlp", "train.epochs=1", "execution.mode=eager"))
     probe = RecordStartingState()
     with pytest.raises(UserError, match="finished run of 1 epochs.*Raise train.epochs above 1"):
-        recipe.build(tiny_config("mnist_mlp", "train.epochs=1"))
+        recipe.build(tiny_config("mnist_mlp", "train.epochs=1")).open_run_dir()
     metrics = fit_with(recipe, tiny_config("mnist_mlp", "train.epochs=3", "execution.mode=graph"),
                        probe)
     assert "extending the finished run" in capsys.readouterr().out

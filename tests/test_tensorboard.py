@@ -86,13 +86,14 @@ def test_a_profile_trace_is_written(tiny_config):
 ])
 def test_bad_profile_ranges_are_user_errors(value, message, tiny_config, tmp_path):
     with pytest.raises(UserError, match=message):
-        _experiment.standard_callbacks(tiny_config("mnist_mlp", f"callbacks.profile={value}"), tmp_path)
+        _experiment.standard_callbacks(tiny_config("mnist_mlp", f"callbacks.profile={value}"),
+                                       tmp_path, data=None)
 
 
 def test_profiling_needs_tensorboard(tiny_config, tmp_path):
     config = tiny_config("mnist_mlp", "callbacks.profile=2,3", "callbacks.tensorboard=false")
     with pytest.raises(UserError, match="it needs callbacks.tensorboard=true"):
-        _experiment.standard_callbacks(config, tmp_path)
+        _experiment.standard_callbacks(config, tmp_path, data=None)
 
 
 @pytest.mark.slow
