@@ -3,8 +3,8 @@
 A recipe is either a module named in `MODULES` (its settings live in
 `configs/NAME.yaml`), or a YAML file in `configs/` whose top-level `recipe:`
 key names the module that runs it, with its settings applied on top of that
-module's. The package's other modules are what the recipes and the commands
-share, and what the commands run. Listing recipes
+module's. The package's other modules are what the recipes share; the
+commands that work on a recipe are in `recipes.tools`. Listing recipes
 reads docstrings and YAML comments without importing anything, so `list` and
 `show` do not pay for importing TensorFlow.
 """

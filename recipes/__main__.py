@@ -99,93 +99,93 @@ def main(argv=None):
             announce=lambda line: None))
 
     if args.command == "curves":
-        from recipes import _curves
+        from recipes.tools import curves
 
-        _curves.curves(args.run_dirs, args.out)
+        curves.curves(args.run_dirs, args.out)
         return 0
     if args.command == "sweep":
-        from recipes import _sweep
+        from recipes.tools import sweep
 
-        _sweep.sweep(args.name, args.grid, args.config, args.overrides, args.dir,
+        sweep.sweep(args.name, args.grid, args.config, args.overrides, args.dir,
                      one_at_a_time=args.one_at_a_time)
         return 0
     if args.command in ("compare", "compare-sizes", "augment-benchmark", "data-benchmark",
                         "memory", "scaling", "multiworker"):
-        from recipes import _compare
+        from recipes.tools import compare
     if args.command in ("compare", "compare-sizes"):
-        options, overrides = _compare.split_options(args.overrides,
+        options, overrides = compare.split_options(args.overrides,
                                                     {"modes", "steps", "repeats", "size"})
-        modes = _compare.parse_modes(options.get("modes", ",".join(_compare.DEFAULT_MODES)))
-        steps = _compare.parse_count("steps", options.get("steps", str(_compare.DEFAULT_STEPS)), 2)
-        repeats = _compare.parse_count("repeats", options.get("repeats", "1"), 1)
+        modes = compare.parse_modes(options.get("modes", ",".join(compare.DEFAULT_MODES)))
+        steps = compare.parse_count("steps", options.get("steps", str(compare.DEFAULT_STEPS)), 2)
+        repeats = compare.parse_count("repeats", options.get("repeats", "1"), 1)
         if args.command == "compare":
             if "size" in options:
                 parser.error("size= belongs to compare-sizes")
-            _compare.compare(args.name, modes, steps, args.config, overrides, repeats=repeats)
+            compare.compare(args.name, modes, steps, args.config, overrides, repeats=repeats)
         else:
-            from recipes._sweep import parse_grid
+            from recipes.tools.sweep import parse_grid
 
             key, values = (parse_grid(options["size"], "size=") if "size" in options
                            else (None, None))
-            _compare.compare_sizes(args.name, key, values, modes, steps, args.config, overrides,
+            compare.compare_sizes(args.name, key, values, modes, steps, args.config, overrides,
                                    repeats=repeats)
         return 0
     if args.command == "augment-benchmark":
-        from recipes import _augment_bench
+        from recipes.tools import augment_bench
 
-        options, overrides = _compare.split_options(args.overrides, {"steps"})
-        steps = _compare.parse_count("steps", options.get("steps", str(_compare.DEFAULT_STEPS)), 2)
-        _augment_bench.benchmark(args.name, steps, args.config, overrides)
+        options, overrides = compare.split_options(args.overrides, {"steps"})
+        steps = compare.parse_count("steps", options.get("steps", str(compare.DEFAULT_STEPS)), 2)
+        augment_bench.benchmark(args.name, steps, args.config, overrides)
         return 0
     if args.command == "data-benchmark":
-        from recipes import _data_bench
+        from recipes.tools import data_bench
 
-        options, overrides = _compare.split_options(args.overrides, {"steps"})
-        steps = _compare.parse_count("steps", options.get("steps", "200"), 2)
-        _data_bench.benchmark(args.name, steps, args.config, overrides)
+        options, overrides = compare.split_options(args.overrides, {"steps"})
+        steps = compare.parse_count("steps", options.get("steps", "200"), 2)
+        data_bench.benchmark(args.name, steps, args.config, overrides)
         return 0
     if args.command == "scaling":
-        options, overrides = _compare.split_options(args.overrides, {"steps", "repeats"})
-        steps = _compare.parse_count("steps", options.get("steps", str(_compare.DEFAULT_STEPS)), 2)
-        repeats = _compare.parse_count("repeats", options.get("repeats", "1"), 1)
-        _compare.scaling(args.name, steps, args.config, overrides, repeats)
+        options, overrides = compare.split_options(args.overrides, {"steps", "repeats"})
+        steps = compare.parse_count("steps", options.get("steps", str(compare.DEFAULT_STEPS)), 2)
+        repeats = compare.parse_count("repeats", options.get("repeats", "1"), 1)
+        compare.scaling(args.name, steps, args.config, overrides, repeats)
         return 0
     if args.command == "multiworker":
-        from recipes import _multiworker
+        from recipes.tools import multiworker
 
-        options, overrides = _compare.split_options(args.overrides, {"workers"})
-        workers = _compare.parse_count("workers", options.get("workers", "2"), 2)
-        _multiworker.launch(args.name, workers, args.config, overrides)
+        options, overrides = compare.split_options(args.overrides, {"workers"})
+        workers = compare.parse_count("workers", options.get("workers", "2"), 2)
+        multiworker.launch(args.name, workers, args.config, overrides)
         return 0
     if args.command == "memory":
-        from recipes import _memory
+        from recipes.tools import memory
 
-        options, overrides = _compare.split_options(args.overrides, {"steps", "backprop"})
-        steps = _compare.parse_count("steps", options.get("steps", str(_memory.DEFAULT_STEPS)), 1)
-        backprops = _memory.parse_backprops(options.get("backprop", ",".join(_memory.BACKPROPS)))
-        _memory.measure_all(args.name, backprops, steps, args.config, overrides)
+        options, overrides = compare.split_options(args.overrides, {"steps", "backprop"})
+        steps = compare.parse_count("steps", options.get("steps", str(memory.DEFAULT_STEPS)), 1)
+        backprops = memory.parse_backprops(options.get("backprop", ",".join(memory.BACKPROPS)))
+        memory.measure_all(args.name, backprops, steps, args.config, overrides)
         return 0
     if args.command == "graph":
-        from recipes import _graph
+        from recipes.tools import graph
 
-        _graph.write_graph(args.name, args.config, args.overrides)
+        graph.write_graph(args.name, args.config, args.overrides)
         return 0
     if args.command == "soak":
-        from recipes import _compare, _soak
+        from recipes.tools import compare, soak
 
-        options, overrides = _compare.split_options(args.overrides, {"kills"})
-        kills = _compare.parse_count("kills", options.get("kills", "20"), 1)
-        _soak.soak(args.name, kills, args.config, overrides)
+        options, overrides = compare.split_options(args.overrides, {"kills"})
+        kills = compare.parse_count("kills", options.get("kills", "20"), 1)
+        soak.soak(args.name, kills, args.config, overrides)
         return 0
     if args.command == "profile":
-        from recipes import _profile
+        from recipes.tools import profile
 
-        _profile.profile(args.name, args.config, args.overrides)
+        profile.profile(args.name, args.config, args.overrides)
         return 0
     if args.command == "preview":
-        from recipes import _preview
+        from recipes.tools import preview
 
-        _preview.preview(args.name, args.config, args.overrides)
+        preview.preview(args.name, args.config, args.overrides)
         return 0
     quiet = args.command == "show"
     config = _config.resolve(args.name, args.config, args.overrides,

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from recipes import UserError, _compare, _loops
+from recipes import UserError
+from recipes.tools import compare as _compare
+from recipes.tools import loops as _loops
 
 TINY_MLP = ["data.synthetic_examples=256", "data.batch_size=32", "model.hidden_units=[32]"]
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from recipes import UserError, _plots
+from recipes import UserError
+from recipes.tools import plots
 
 
 def read_curve(run_dir):
@@ -39,7 +40,7 @@ def curves(run_dirs, out=None):
         raise UserError("curves needs at least one run directory.")
     lines = [read_curve(run_dir) for run_dir in run_dirs]
     path = Path(out) if out else Path(run_dirs[0]) / "accuracy_vs_time.png"
-    _plots.accuracy_vs_time(lines, path)
+    plots.accuracy_vs_time(lines, path)
     for label, minutes, accuracy in lines:
         best = max(range(len(accuracy)), key=accuracy.__getitem__)
         print(f"{label}: best val_accuracy {accuracy[best]:.4f} at {minutes[best]:.1f} min "

@@ -10,7 +10,8 @@ import datetime
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, _plots
+from recipes import RUNS_DIR, UserError, _config
+from recipes.tools import plots
 
 
 def preview(name, config_files=(), overrides=(), count=8):
@@ -30,7 +31,7 @@ def preview(name, config_files=(), overrides=(), count=8):
 
     path = Path(config["run"]["dir"]).expanduser() / "augmentation.png"
     entries = ", ".join(map(str, config["data"]["augment"]))
-    _plots.image_grid([(images, labels), (augmented, mixed)], ["original", "augmented"],
+    plots.image_grid([(images, labels), (augmented, mixed)], ["original", "augmented"],
                       f"{name}: {entries} ({config['data']['augment_engine']})", path)
     print(f"preview: {path}")
     return path

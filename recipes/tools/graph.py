@@ -4,7 +4,7 @@ Builds the recipe, traces `fit`'s training step (`model.train_step`, as `fit`
 compiles it) on the training data's shapes and writes it for TensorBoard's
 Graphs tab. It also writes the Python code AutoGraph generates from the
 hand-written training step of `compare`'s loop modes
-(`recipes/_loops.py:step_body`), which shows how Python control flow becomes
+(`recipes/tools/loops.py:step_body`), which shows how Python control flow becomes
 graph ops.
 """
 
@@ -29,7 +29,7 @@ def write_graph(name, config_files=(), overrides=()):
                         "Use execution.mode=graph or xla.")
     import tensorflow as tf
 
-    from recipes import _loops
+    from recipes.tools import loops
 
     experiment = recipes.load(name).build(config)
     model, out_dir = experiment.model, Path(config["run"]["dir"])
@@ -44,8 +44,8 @@ def write_graph(name, config_files=(), overrides=()):
     code_path = out_dir / "autograph" / "train_step.py"
     code_path.parent.mkdir(parents=True, exist_ok=True)
     code_path.write_text(
-        "# What AutoGraph makes of recipes/_loops.py:step_body's `step` "
-        "(tf.autograph.to_code).\n" + tf.autograph.to_code(_loops.step_body(model)))
+        "# What AutoGraph makes of recipes/tools/loops.py:step_body's `step` "
+        "(tf.autograph.to_code).\n" + tf.autograph.to_code(loops.step_body(model)))
     print(f"graph of {name}'s training step ({config['execution']['mode']} mode, "
           f"{len(graph.get_operations())} ops): {log_dir}\n"
           f"  open it: tensorboard --logdir {out_dir / 'tensorboard'}  (Graphs tab)\n"

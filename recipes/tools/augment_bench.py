@@ -17,15 +17,16 @@ from pathlib import Path
 
 import numpy as np
 
-from recipes import RUNS_DIR, UserError, _augment, _compare, _config, _data
-from recipes._tables import device_label, markdown_table, number_cell, write_csv
+from recipes import RUNS_DIR, UserError, _augment, _config, _data
+from recipes.tools import compare
+from recipes.tools.tables import device_label, markdown_table, number_cell, write_csv
 
 OPERATION_COLUMNS = ["engine", "operation", "host_images_per_s", "device_images_per_s"]
 TRAINING_COLUMNS = ["augment_on", "images_per_s", "step_ms_median", "input_wait_fraction",
                     "speedup_vs_host"]
 
 
-def benchmark(name, steps=_compare.DEFAULT_STEPS, config_files=(), overrides=(), batches=20,
+def benchmark(name, steps=compare.DEFAULT_STEPS, config_files=(), overrides=(), batches=20,
               out_dir=None):
     """Measures recipe `name`'s augmentation; returns both tables' rows.
 
@@ -65,7 +66,7 @@ def benchmark(name, steps=_compare.DEFAULT_STEPS, config_files=(), overrides=(),
     print(f"\ntraining with {pipeline} in graph mode, host against device:", flush=True)
     training = []
     for placement in ("host", "device"):
-        result = _compare.compare(name, ["graph"], steps, config_files,
+        result = compare.compare(name, ["graph"], steps, config_files,
                                   [*overrides, f"data.augment_on={placement}"],
                                   out_dir / f"training_{placement}", quiet=True)
         training.append({"augment_on": placement, **result["rows"][0]})

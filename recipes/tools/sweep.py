@@ -28,7 +28,7 @@ import yaml
 
 import recipes
 from recipes import RUNS_DIR, UserError, _config
-from recipes._tables import markdown_table, write_csv
+from recipes.tools.tables import markdown_table, write_csv
 
 COLUMNS = ["params", "best_val_accuracy", "test_accuracy", "s_per_epoch", "mode", "run_dir"]
 

@@ -17,7 +17,8 @@ import subprocess
 import sys
 import time
 
-from recipes import RUNS_DIR, UserError, _config, _rundir, _tables
+from recipes import RUNS_DIR, UserError, _config, _rundir
+from recipes.tools import tables
 
 POLL_S = 0.001
 
@@ -62,7 +63,7 @@ def soak(name, kills=20, config_files=(), overrides=(), seed=0, runs_dir=RUNS_DI
         "every epoch once in history.csv": history == list(range(epochs)),
         "run finished": (run_dir / "metrics.json").exists(),
     }
-    table = _tables.markdown_table(list(row), [row])
+    table = tables.markdown_table(list(row), [row])
     (run_dir / "soak.md").write_text(table + "\n")
     print(f"\n{table}\n\nrun: {run_dir}; the processes' output: {log}")
     if returncode != 0:

@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, _tables
+from recipes import RUNS_DIR, UserError, _config
+from recipes.tools import tables
 
 WARMUP_STEPS, PROFILED_STEPS = 5, 3
 
@@ -69,7 +70,7 @@ def profile(name, config_files=(), overrides=()):
                         "installed (make setup)?")
     rows = by_kind(op_times(traces[-1]))
     columns = ["kind of work", "ms per step", "share"]
-    table = _tables.markdown_table(columns, [
+    table = tables.markdown_table(columns, [
         dict(zip(columns, (kind, f"{ms / PROFILED_STEPS:.1f}", f"{share:.1%}")))
         for kind, ms, share in rows])
     path = out_dir / "profile_table.md"

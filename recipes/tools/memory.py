@@ -30,9 +30,10 @@ import time
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, _plots
+from recipes import RUNS_DIR, UserError, _config
 from recipes._environment import device_label
-from recipes._tables import markdown_table, number_cell, write_csv
+from recipes.tools import plots
+from recipes.tools.tables import markdown_table, number_cell, write_csv
 
 BACKPROPS = ["standard", "reversible", "remat"]
 DEFAULT_STEPS = 5
@@ -78,7 +79,7 @@ def measure_all(name, backprops=BACKPROPS, steps=DEFAULT_STEPS, config_files=(),
                "overrides": [*overrides, f"model.variant={variant}", f"model.backprop={backprop}"],
                "steps": steps, "out": str(out_dir / "settings" / f"{label}.json"),
                "run_dir": str(out_dir / "settings" / label)}
-        result = subprocess.run([sys.executable, "-m", "recipes._memory", json.dumps(job)],
+        result = subprocess.run([sys.executable, "-m", "recipes.tools.memory", json.dumps(job)],
                                 capture_output=True, text=True, env=WORKER_ENVIRONMENT)
         if result.returncode != 0:
             raise UserError(f"{label} failed (exit {result.returncode}):\n" + result.stderr[-3000:])
@@ -101,7 +102,7 @@ def measure_all(name, backprops=BACKPROPS, steps=DEFAULT_STEPS, config_files=(),
     write_csv(out_dir / "results.csv", COLUMNS, rows)
     table = markdown_table(COLUMNS, rows, number_cell)
     (out_dir / "table.md").write_text(table + "\n")
-    _plots.memory_vs_depth(rows, f"{name}, batch {measured['config']['data']['batch_size']}, "
+    plots.memory_vs_depth(rows, f"{name}, batch {measured['config']['data']['batch_size']}, "
                                  f"on {device_label(measured['device'])}",
                            out_dir / "memory_vs_depth.png")
     print("\n" + table + f"\n\nresults: {out_dir}/results.json, table.md, memory_vs_depth.png")

@@ -2,7 +2,7 @@
 
     python -m recipes compare mnist_mlp modes=eager,graph,xla steps=50
 
-Each mode runs in a fresh process (`recipes/_measure.py`), which builds the
+Each mode runs in a fresh process (`recipes/tools/measure.py`), which builds the
 recipe and trains what it builds, so every mode trains the very same setup
 on the same input stream:
 
@@ -11,7 +11,7 @@ on the same input stream:
 - `loop_eager`, `loop_function`: a hand-written `GradientTape` step, without
   and with `tf.function`: the low-level reference that shows what `fit` adds;
 - `loop_epoch`: the whole epoch as one `tf.function` looping over the
-  `tf.data.Dataset` inside the graph (`recipes/_loops.py:train_epoch`);
+  `tf.data.Dataset` inside the graph (`recipes/tools/loops.py:train_epoch`);
 - `graph_ready` (asked for by name): `fit` in graph mode on one batch repeated,
   an input that is always ready. Its step time is the step without the input
   pipeline, and its input wait is the floor of that measurement (Keras'
@@ -28,9 +28,10 @@ import sys
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, _plots
+from recipes import RUNS_DIR, UserError, _config
 from recipes._environment import device_label
-from recipes._tables import markdown_table, number_cell, write_csv
+from recipes.tools import plots
+from recipes.tools.tables import markdown_table, number_cell, write_csv
 
 DEFAULT_MODES = ["eager", "graph", "xla", "graph_spe", "loop_eager", "loop_function",
                  "loop_epoch"]
@@ -109,7 +110,7 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
         job = {"name": name, "mode": mode, "steps": steps, "config_files": list(map(str, config_files)),
                "overrides": list(overrides), "out": str(out_dir / "modes" / f"{label}.json"),
                "run_dir": str(out_dir / "modes" / label)}
-        result = subprocess.run([sys.executable, "-m", "recipes._measure", json.dumps(job)],
+        result = subprocess.run([sys.executable, "-m", "recipes.tools.measure", json.dumps(job)],
                                 capture_output=True, text=True)
         if result.returncode != 0:
             raise UserError(f"Mode {mode} failed (exit {result.returncode}):\n"
@@ -143,7 +144,7 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
     write_csv(out_dir / "results.csv", COLUMNS, rows)
     table = markdown_table(COLUMNS, rows, number_cell)
     (out_dir / "table.md").write_text(table + "\n")
-    _plots.modes(rows, f"{name} on {device_label(context['device'])}", out_dir / "speedup.png")
+    plots.modes(rows, f"{name} on {device_label(context['device'])}", out_dir / "speedup.png")
     if not quiet:
         print("\n" + table + f"\n\nresults: {out_dir}/results.json, table.md, speedup.png")
     return results
@@ -207,7 +208,7 @@ def compare_sizes(name, size_key=None, size_values=None, modes=DEFAULT_MODES, st
     columns = ["size", "params", *COLUMNS]
     write_csv(out_dir / "results.csv", columns, rows)
     (out_dir / "table.md").write_text(markdown_table(columns, rows, number_cell) + "\n")
-    _plots.sizes(rows, f"{name}: {size_key}, on {device_label(results['device'])}",
+    plots.sizes(rows, f"{name}: {size_key}, on {device_label(results['device'])}",
                  out_dir / "speedup_vs_params.png")
     print("\n" + markdown_table(columns, rows, number_cell))
     print(f"\nresults: {out_dir}/results.csv, table.md, speedup_vs_params.png")
