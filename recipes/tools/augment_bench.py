@@ -11,15 +11,15 @@ Two measurements, on random images of the recipe's shape and batch size:
 Keras has no augmentation benchmark, hence this module.
 """
 
-import datetime
 import time
 from pathlib import Path
 
 import numpy as np
 
-from recipes import RUNS_DIR, UserError, _augment, _config, _data
+from recipes import RUNS_DIR, UserError, _augment, _config, _data, _rundir
+from recipes._environment import device_label
 from recipes.tools import compare
-from recipes.tools.tables import device_label, markdown_table, number_cell, write_csv
+from recipes.tools.tables import markdown_table, number_cell, write_csv
 
 OPERATION_COLUMNS = ["engine", "operation", "host_images_per_s", "device_images_per_s"]
 TRAINING_COLUMNS = ["augment_on", "images_per_s", "step_ms_median", "input_wait_fraction",
@@ -39,8 +39,7 @@ def benchmark(name, steps=compare.DEFAULT_STEPS, config_files=(), overrides=(), 
         raise UserError(f"{name} has no data.augment to benchmark; add some, e.g. "
                         "data.augment=[pad_crop,flip].")
     if out_dir is None:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out_dir = RUNS_DIR / "augment-benchmark" / name / stamp
+        out_dir = _rundir.timestamped(RUNS_DIR / "augment-benchmark" / name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 

@@ -21,14 +21,13 @@ The first step (tracing or compiling) and `WARMUP_STEPS` more are left out of
 the steady-state figures.
 """
 
-import datetime
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config
+from recipes import RUNS_DIR, UserError, _config, _rundir
 from recipes._environment import device_label
 from recipes.tools import plots
 from recipes.tools.tables import markdown_table, number_cell, write_csv
@@ -95,8 +94,7 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
     overrides = ["data.source=synthetic", *overrides]
     _config.resolve(name, config_files, overrides, announce=lambda line: None)  # fail early
     if out_dir is None:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out_dir = RUNS_DIR / "compare" / name / stamp
+        out_dir = _rundir.timestamped(RUNS_DIR / "compare" / name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"comparing {', '.join(modes)} on {name}, {steps} steady steps each, "
@@ -159,8 +157,7 @@ def scaling(name, steps=DEFAULT_STEPS, config_files=(), overrides=(), repeats=1,
     per-replica batch: images/s and the scaling efficiency, global images/s
     over (replicas x the single device's). Returns the rows."""
     if out_dir is None:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out_dir = RUNS_DIR / "scaling" / name / stamp
+        out_dir = _rundir.timestamped(RUNS_DIR / "scaling" / name)
     out_dir = Path(out_dir)
     rows = []
     for strategy in ("none", "mirrored"):
@@ -192,8 +189,7 @@ def compare_sizes(name, size_key=None, size_values=None, modes=DEFAULT_MODES, st
                             "e.g. size=model.hidden_units=[[64],[256],[1024],[4096]].")
         size_key, size_values = SIZES[module]
     if out_dir is None:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out_dir = RUNS_DIR / "compare-sizes" / name / stamp
+        out_dir = _rundir.timestamped(RUNS_DIR / "compare-sizes" / name)
     out_dir = Path(out_dir)
     rows = []
     for number, value in enumerate(size_values, 1):

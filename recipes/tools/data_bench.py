@@ -8,18 +8,16 @@ rate has to stay well above the training step's, or the step waits for
 input. Keras has no input-pipeline benchmark, hence this module.
 """
 
-import datetime
 import time
 
 import recipes
-from recipes import RUNS_DIR, _config
+from recipes import RUNS_DIR, _config, _rundir
 
 
 def benchmark(name, steps=200, config_files=(), overrides=(), warmup=10):
     """Times recipe `name`'s training pipeline over `steps` batches; returns the numbers."""
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     config = _config.resolve(name, config_files, [
-        *overrides, f"run.dir={RUNS_DIR / 'data-benchmark' / name / stamp}",
+        *overrides, f"run.dir={_rundir.timestamped(RUNS_DIR / 'data-benchmark' / name)}",
         "callbacks.tensorboard=false", "callbacks.checkpoint=false"])
     started = time.perf_counter()
     experiment = recipes.load(name).build(config)

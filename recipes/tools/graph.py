@@ -8,17 +8,15 @@ hand-written training step of `compare`'s loop modes
 graph ops.
 """
 
-import datetime
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config
+from recipes import RUNS_DIR, UserError, _config, _rundir
 
 
 def write_graph(name, config_files=(), overrides=()):
     """Writes recipe `name`'s training-step graph; returns the output directory."""
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out_dir = RUNS_DIR / "graph" / name / stamp
+    out_dir = _rundir.timestamped(RUNS_DIR / "graph" / name)
     # Random images unless asked otherwise: the graph depends on shapes only.
     config = _config.resolve(name, config_files, [
         "data.source=synthetic", *overrides, f"run.dir={out_dir}", "run.verbose=0",

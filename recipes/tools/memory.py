@@ -19,7 +19,6 @@ Writes `results.json`, `results.csv`, `table.md` and `memory_vs_depth.png`
 into `runs/memory/NAME/<timestamp>/`.
 """
 
-import datetime
 import json
 import os
 import resource
@@ -30,7 +29,7 @@ import time
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config
+from recipes import RUNS_DIR, UserError, _config, _rundir
 from recipes._environment import device_label
 from recipes.tools import plots
 from recipes.tools.tables import markdown_table, number_cell, write_csv
@@ -64,8 +63,7 @@ def measure_all(name, backprops=BACKPROPS, steps=DEFAULT_STEPS, config_files=(),
     variants = ([config["model"]["variant"]] if any(o.startswith("model.variant=") for o in overrides)
                 else _config.recipe_schema(recipes.module_of(name))["model.variant"])
     if out_dir is None:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out_dir = RUNS_DIR / "memory" / name / stamp
+        out_dir = _rundir.timestamped(RUNS_DIR / "memory" / name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     jobs = [(variant, backprop) for variant in variants for backprop in backprops]

@@ -7,12 +7,11 @@ convolutions, batch norm, concatenation, and so on. TensorBoard shows the
 table op by op; nothing in it adds it up by kind, so this does.
 """
 
-import datetime
 import json
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config
+from recipes import RUNS_DIR, UserError, _config, _rundir
 from recipes.tools import tables
 
 WARMUP_STEPS, PROFILED_STEPS = 5, 3
@@ -47,8 +46,7 @@ def kind_of(kernel):
 
 def profile(name, config_files=(), overrides=()):
     """Profiles recipe `name`'s training steps; prints and returns the table's path."""
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out_dir = RUNS_DIR / "profile" / name / stamp
+    out_dir = _rundir.timestamped(RUNS_DIR / "profile" / name)
     first = WARMUP_STEPS + 1
     forced = ["train.epochs=1", f"train.steps_per_epoch={WARMUP_STEPS + PROFILED_STEPS}",
               f"callbacks.profile={first},{first + PROFILED_STEPS - 1}",

@@ -11,7 +11,6 @@ lost per kill, whether every epoch appears once in history.csv, whether the
 run finished.
 """
 
-import datetime
 import random
 import subprocess
 import sys
@@ -25,15 +24,14 @@ POLL_S = 0.001
 
 def soak(name, kills=20, config_files=(), overrides=(), seed=0, runs_dir=RUNS_DIR):
     """Kills and resumes recipe `name` `kills` times; prints and returns the results."""
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = (runs_dir / "soak" / name / stamp).resolve()
+    run_dir = _rundir.timestamped(runs_dir / "soak" / name).resolve()
     overrides = [*overrides, f"run.dir={run_dir}", "run.verbose=0"]
     config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
     epochs = config["train"]["epochs"]
     command = [sys.executable, "-m", "recipes", "run", name,
                *[f"--config={path}" for path in config_files], *overrides]
     rng = random.Random(seed)
-    lost, log = [], run_dir.parent / f"{stamp}.log"
+    lost, log = [], run_dir.parent / f"{run_dir.name}.log"
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as output:
         for kill in range(1, kills + 1):
