@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from recipes import RUNS_DIR, UserError, _augment, _config, _data, _rundir
+from recipes import RUNS_DIR, UserError, _config, _rundir
 from recipes._environment import device_label
-from recipes.tools import compare
+from recipes.tools import Command, compare
 from recipes.tools.tables import markdown_table, number_cell, write_csv
 
 OPERATION_COLUMNS = ["engine", "operation", "host_images_per_s", "device_images_per_s"]
@@ -33,6 +33,8 @@ def benchmark(name, steps=compare.DEFAULT_STEPS, config_files=(), overrides=(), 
     Writes `operations.csv`, `training.csv` and `table.md` into `out_dir`
     (default `runs/augment-benchmark/NAME/<timestamp>`).
     """
+    from recipes import _augment, _data  # they import TensorFlow
+
     config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
     pipeline = config["data"]["augment"]
     if not pipeline:
@@ -108,3 +110,10 @@ def _device_rate(augment, images, labels, batches):
         out = function(images, labels)
     out[0].numpy()  # waits for the queued calls
     return batches * len(images) / (time.perf_counter() - started)
+
+
+COMMANDS = (
+    Command("augment-benchmark", "time each augmentation, and training with it on host and "
+                                 "device (option steps=N)",
+            benchmark, (compare.STEPS_OPTION,)),
+)

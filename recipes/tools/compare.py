@@ -29,7 +29,8 @@ from pathlib import Path
 import recipes
 from recipes import RUNS_DIR, UserError, _config, _rundir
 from recipes._environment import device_label
-from recipes.tools import plots
+from recipes.tools import Command, Option, count, plots
+from recipes.tools.sweep import parse_grid
 from recipes.tools.tables import markdown_table, number_cell, write_csv
 
 DEFAULT_MODES = ["eager", "graph", "xla", "graph_spe", "loop_eager", "loop_function",
@@ -50,18 +51,6 @@ SIZES = {
 }
 
 
-def split_options(items, allowed):
-    """Separates `name=value` options in `allowed` from config overrides."""
-    options, overrides = {}, []
-    for item in items:
-        key, sep, value = item.partition("=")
-        if sep and key in allowed:
-            options[key] = value
-        else:
-            overrides.append(item)
-    return options, overrides
-
-
 def parse_modes(text):
     modes = [mode.strip() for mode in text.split(",") if mode.strip()]
     unknown = [mode for mode in modes if mode not in MODES]
@@ -69,13 +58,6 @@ def parse_modes(text):
         raise UserError(f"Unknown mode(s) {', '.join(unknown) or '(none)'} in modes=; "
                         f"known: {','.join(MODES)}.")
     return modes
-
-
-def parse_count(option, text, minimum):
-    """`option=text` as an integer of at least `minimum`, or a UserError."""
-    if not text.isdigit() or int(text) < minimum:
-        raise UserError(f"{option}= expects an integer of at least {minimum}, got '{text}'.")
-    return int(text)
 
 
 def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), overrides=(),
@@ -209,3 +191,27 @@ def compare_sizes(name, size_key=None, size_values=None, modes=DEFAULT_MODES, st
     print("\n" + markdown_table(columns, rows, number_cell))
     print(f"\nresults: {out_dir}/results.csv, table.md, speedup_vs_params.png")
     return rows
+
+
+def _compare_sizes(name, config_files, overrides, size, **options):
+    """`compare-sizes`: its `size=KEY=[...]` option is `compare_sizes`'s key and values."""
+    size_key, size_values = size or (None, None)
+    return compare_sizes(name, size_key, size_values, config_files=config_files,
+                         overrides=overrides, **options)
+
+
+STEPS_OPTION = count("steps", DEFAULT_STEPS, minimum=2)
+REPEATS_OPTION = count("repeats", 1, minimum=1)
+MODES_OPTION = Option("modes", DEFAULT_MODES, parse_modes)
+COMMANDS = (
+    Command("compare", "time the training step in each execution mode "
+                       "(options modes=..., steps=N, repeats=N)",
+            compare, (MODES_OPTION, STEPS_OPTION, REPEATS_OPTION)),
+    Command("compare-sizes", "compare the modes at four or more model sizes "
+                             "(options size=KEY=[...], modes=, steps=, repeats=)",
+            _compare_sizes, (Option("size", None, lambda text: parse_grid(text, "size=")),
+                             MODES_OPTION, STEPS_OPTION, REPEATS_OPTION)),
+    Command("scaling", "images/s with no strategy and with execution.strategy=mirrored, and "
+                       "the scaling efficiency (options steps=, repeats=)",
+            scaling, (STEPS_OPTION, REPEATS_OPTION)),
+)

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from recipes import UserError
-from recipes.tools import plots
+from recipes.tools import Command, plots
 
 
 def read_curve(run_dir):
@@ -47,3 +47,15 @@ def curves(run_dirs, out=None):
               f"(epoch {best + 1} of {len(accuracy)}, {minutes[-1]:.1f} min in all)")
     print(f"plot: {path}")
     return path
+
+
+def add_arguments(parser):
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="runs/NAME/<timestamp>")
+    parser.add_argument("--out", metavar="PNG",
+                        help="default: RUN_DIR/accuracy_vs_time.png of the first run")
+
+
+COMMANDS = (
+    Command("curves", "plot validation accuracy against training time for one or more runs",
+            curves, arguments=add_arguments, on_recipe=False),
+)

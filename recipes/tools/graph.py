@@ -12,6 +12,7 @@ from pathlib import Path
 
 import recipes
 from recipes import RUNS_DIR, UserError, _config, _rundir
+from recipes.tools import Command
 
 
 def write_graph(name, config_files=(), overrides=()):
@@ -49,3 +50,9 @@ def write_graph(name, config_files=(), overrides=()):
           f"  open it: tensorboard --logdir {out_dir / 'tensorboard'}  (Graphs tab)\n"
           f"AutoGraph's code for the hand-written step: {code_path}")
     return out_dir
+
+
+COMMANDS = (
+    Command("graph", "write the training step's graph for TensorBoard, and AutoGraph's code, "
+                     "without training", write_graph),
+)

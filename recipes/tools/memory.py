@@ -31,7 +31,7 @@ from pathlib import Path
 import recipes
 from recipes import RUNS_DIR, UserError, _config, _rundir
 from recipes._environment import device_label
-from recipes.tools import plots
+from recipes.tools import Command, Option, count, plots
 from recipes.tools.tables import markdown_table, number_cell, write_csv
 
 BACKPROPS = ["standard", "reversible", "remat"]
@@ -163,6 +163,19 @@ def _measure(job):
     Path(job["out"]).write_text(json.dumps({
         "row": row, "memory_of": device, "device": _environment.device_info(),
         "versions": _environment.versions(), "config": config}, indent=2))
+
+
+def _measure_all(name, config_files, overrides, backprop, steps):
+    """`memory`: its `backprop=` option is `measure_all`'s `backprops`."""
+    return measure_all(name, backprop, steps, config_files, overrides)
+
+
+COMMANDS = (
+    Command("memory", "peak memory and time of a training step for each model.backprop and "
+                      "variant (options backprop=, steps=)",
+            _measure_all, (Option("backprop", BACKPROPS, parse_backprops),
+                           count("steps", DEFAULT_STEPS, minimum=1))),
+)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import recipes
 from recipes import RUNS_DIR, UserError, _config, _rundir
-from recipes.tools import plots
+from recipes.tools import Command, plots
 
 
 def preview(name, config_files=(), overrides=(), count=8):
@@ -33,3 +33,8 @@ def preview(name, config_files=(), overrides=(), count=8):
                       f"{name}: {entries} ({config['data']['augment_engine']})", path)
     print(f"preview: {path}")
     return path
+
+
+COMMANDS = (
+    Command("preview", "write a PNG of training images before and after data.augment", preview),
+)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import recipes
 from recipes import RUNS_DIR, UserError, _config, _rundir
-from recipes.tools import tables
+from recipes.tools import Command, tables
 
 WARMUP_STEPS, PROFILED_STEPS = 5, 3
 
@@ -106,3 +106,9 @@ def by_kind(times):
         kinds[kind_of(kernel)] = kinds.get(kind_of(kernel), 0.0) + ms
     return sorted(((kind, ms, ms / total) for kind, ms in kinds.items()),
                   key=lambda row: -row[1])
+
+
+COMMANDS = (
+    Command("profile", "profile a few training steps; a table of where their time goes, "
+                       "by kind of op", profile),
+)

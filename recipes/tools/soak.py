@@ -17,12 +17,13 @@ import sys
 import time
 
 from recipes import RUNS_DIR, UserError, _config, _rundir
-from recipes.tools import tables
+from recipes.tools import Command, count, tables
 
 POLL_S = 0.001
+DEFAULT_KILLS = 20
 
 
-def soak(name, kills=20, config_files=(), overrides=(), seed=0, runs_dir=RUNS_DIR):
+def soak(name, kills=DEFAULT_KILLS, config_files=(), overrides=(), seed=0, runs_dir=RUNS_DIR):
     """Kills and resumes recipe `name` `kills` times; prints and returns the results."""
     run_dir = _rundir.timestamped(runs_dir / "soak" / name).resolve()
     overrides = [*overrides, f"run.dir={run_dir}", "run.verbose=0"]
@@ -97,3 +98,10 @@ def _wait_and_kill(process, run_dir, during_write, rng):
     process.kill()
     process.wait()
     return len(_rundir.read_rows(history))
+
+
+COMMANDS = (
+    Command("soak", "SIGKILL a training N times at random moments and resume it each time; "
+                    "a table of what survived (option kills=N)",
+            soak, (count("kills", DEFAULT_KILLS, minimum=1),)),
+)
