@@ -1,11 +1,12 @@
 """Keras 3 training recipes, looked up by name.
 
-A recipe is either a module in this package whose name does not start with
-`_` (its settings live in `configs/NAME.yaml`), or a YAML file in `configs/`
-whose top-level `recipe:` key names the module that runs it, with its settings
-applied on top of that module's. Listing recipes reads docstrings and YAML
-comments without importing anything, so `list` and `show` do not pay for
-importing TensorFlow.
+A recipe is either a module named in `MODULES` (its settings live in
+`configs/NAME.yaml`), or a YAML file in `configs/` whose top-level `recipe:`
+key names the module that runs it, with its settings applied on top of that
+module's. The package's other modules are what the recipes share; the
+commands that work on a recipe are in `recipes.tools`. Listing recipes
+reads docstrings and YAML comments without importing anything, so `list` and
+`show` do not pay for importing TensorFlow.
 """
 
 import ast
@@ -18,15 +19,14 @@ import yaml
 PACKAGE_DIR = Path(__file__).resolve().parent
 CONFIGS_DIR = PACKAGE_DIR.parent / "configs"
 RUNS_DIR = Path("runs")  # relative to where the command runs
+# The recipe modules: each has `build(config)` and `run(config)`
+# (tests/test_layout.py keeps this list and the folder in step).
+MODULES = ("cifar10_cnn", "densenet_cifar100", "graph_lessons", "mnist_cnn", "mnist_mlp",
+           "revnet_cifar10")
 
 
 class UserError(Exception):
     """A problem the user can fix: printed as one message, exit status 2."""
-
-
-def _modules():
-    return {path.stem for path in PACKAGE_DIR.glob("*.py")
-            if not path.stem.startswith("_")}
 
 
 def _config_recipes():
@@ -34,14 +34,14 @@ def _config_recipes():
     found = {}
     for path in CONFIGS_DIR.glob("*.yaml"):
         data = yaml.safe_load(path.read_text()) or {}
-        if isinstance(data, dict) and data.get("recipe") in _modules():
+        if isinstance(data, dict) and data.get("recipe") in MODULES:
             found[path.stem] = data["recipe"]
     return found
 
 
 def names():
     """Returns the sorted names of every registered recipe."""
-    return sorted(_modules() | set(_config_recipes()))
+    return sorted({*MODULES, *_config_recipes()})
 
 
 def check_name(name):
@@ -60,7 +60,7 @@ def check_name(name):
 def module_of(name):
     """Returns the name of the module that runs recipe `name`."""
     check_name(name)
-    return name if name in _modules() else _config_recipes()[name]
+    return name if name in MODULES else _config_recipes()[name]
 
 
 def description(name):

@@ -1,10 +1,10 @@
-"""Command line: `python -m recipes list | show | run | sweep | compare | compare-sizes |
-preview | augment-benchmark | data-benchmark | memory | scaling | multiworker | graph |
-curves`;
-`python -m recipes -h` says what each does.
+"""Command line: `python -m recipes COMMAND ...`; `python -m recipes -h` says what
+each command does.
 
-Each command imports what it needs when it runs: `list` and `show` answer
-without importing TensorFlow.
+The commands are a table, `COMMANDS`: `list`, `run` and `show` here, and
+what each tool module in `recipes/tools/` declares in its `COMMANDS`, with
+its options. Each command imports what it needs when it runs: `list` and
+`show` answer without importing TensorFlow.
 """
 
 import argparse
@@ -14,186 +14,86 @@ import sys
 
 import recipes
 from recipes import UserError, _config, _environment
+from recipes.tools import (Command, augment_bench, compare, curves, data_bench, graph, memory,
+                           multiworker, preview, profile, soak, sweep)
 
 # TensorFlow's C++ start-up notices are noise to a reader of a training log.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 
-def main(argv=None):
+def list_recipes():
+    width = max(map(len, recipes.names()))
+    for name in recipes.names():
+        print(f"{name:<{width}}  {recipes.description(name)}")
+
+
+def train(name, config_files, overrides):
+    config = _config.resolve(name, config_files, overrides, announce=print)
+    recipes.load(name).run(config)
+
+
+def show(name, config_files, overrides):
+    config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
+    print(_config.dump(config), end="")
+
+
+COMMANDS = {command.name: command for command in (
+    Command("list", "every recipe, with a one-line description", list_recipes, on_recipe=False),
+    *curves.COMMANDS,
+    Command("run", "train a recipe", train),
+    Command("show", "print a recipe's resolved config as YAML", show),
+    *sweep.COMMANDS, *compare.COMMANDS, *preview.COMMANDS, *graph.COMMANDS,
+    *profile.COMMANDS, *soak.COMMANDS, *augment_bench.COMMANDS, *data_bench.COMMANDS,
+    *memory.COMMANDS, *multiworker.COMMANDS,
+)}
+
+
+def build_parser():
+    """The command line's parser: a subcommand for each of `COMMANDS`."""
     parser = argparse.ArgumentParser(
         prog="python -m recipes",
         description="Train Keras 3 recipes in eager, graph or XLA mode.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser("list", help="every recipe, with a one-line description")
-    curves = commands.add_parser("curves", help="plot validation accuracy against training "
-                                                "time for one or more runs")
-    curves.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="runs/NAME/<timestamp>")
-    curves.add_argument("--out", metavar="PNG", help="default: RUN_DIR/accuracy_vs_time.png "
-                                                     "of the first run")
-    for command, help_text in (("run", "train a recipe"),
-                               ("show", "print a recipe's resolved config as YAML"),
-                               ("sweep", "train every combination of --grid values; "
-                                         "write a results table"),
-                               ("compare", "time the training step in each execution mode "
-                                           "(options modes=..., steps=N, repeats=N)"),
-                               ("compare-sizes", "compare the modes at four or more model "
-                                                 "sizes (options size=KEY=[...], modes=, steps=, repeats=)"),
-                               ("preview", "write a PNG of training images before and after "
-                                           "data.augment"),
-                               ("graph", "write the training step's graph for TensorBoard, "
-                                         "and AutoGraph's code, without training"),
-                               ("profile", "profile a few training steps; a table of where "
-                                           "their time goes, by kind of op"),
-                               ("soak", "SIGKILL a training N times at random moments and "
-                                        "resume it each time; a table of what survived "
-                                        "(option kills=N)"),
-                               ("augment-benchmark", "time each augmentation, and training with "
-                                                     "it on host and device (option steps=N)"),
-                               ("data-benchmark", "time the input pipeline alone: loading, "
-                                                  "then training batches/s (option steps=N)"),
-                               ("memory", "peak memory and time of a training step for each "
-                                          "model.backprop and variant (options backprop=, "
-                                          "steps=)"),
-                               ("scaling", "images/s with no strategy and with "
-                                           "execution.strategy=mirrored, and the scaling "
-                                           "efficiency (options steps=, repeats=)"),
-                               ("multiworker", "train on N local worker processes with "
-                                               "MultiWorkerMirroredStrategy (option workers=N)")):
-        sub = commands.add_parser(command, help=help_text)
-        sub.add_argument("name", help="recipe name (see `list`)")
-        sub.add_argument("overrides", nargs="*", metavar="key=value",
-                         help="config overrides, e.g. train.epochs=2")
-        sub.add_argument("--config", action="append", default=[], metavar="FILE",
-                         help="extra YAML config, applied after the recipe's (repeatable)")
-        if command == "sweep":
-            sub.add_argument("--grid", action="append", required=True, metavar="KEY=[V,...]",
-                             help='values to try, e.g. "train.lr=[0.05,0.1]" (repeatable)')
-            sub.add_argument("--dir", metavar="DIR",
-                             help="where the runs and tables go; default: "
-                                  "runs/sweeps/NAME/<id of the command>")
-            sub.add_argument("--one-at-a-time", action="store_true",
-                             help="vary one key at a time from the recipe's settings, instead "
-                                  "of every combination")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS.values():
+        sub = subparsers.add_parser(command.name, help=command.help)
+        if command.on_recipe:
+            sub.add_argument("name", help="recipe name (see `list`)")
+            sub.add_argument("overrides", nargs="*", metavar="key=value",
+                             help="config overrides, e.g. train.epochs=2")
+            sub.add_argument("--config", action="append", default=[], metavar="FILE",
+                             dest="config_files",
+                             help="extra YAML config, applied after the recipe's (repeatable)")
+        if command.arguments:
+            command.arguments(sub)
+    return parser
+
+
+def main(argv=None):
+    cli = build_parser()
     # key=value items may also follow options (`sweep NAME --grid ... k=v`),
     # which argparse leaves over.
-    args, extra = parser.parse_known_args(argv)
-    if extra and (args.command in ("list", "curves")
-                  or any(item.startswith("-") for item in extra)):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    if extra:
-        args.overrides += extra
-
-    if args.command == "list":
-        width = max(map(len, recipes.names()))
-        for name in recipes.names():
-            print(f"{name:<{width}}  {recipes.description(name)}")
+    args, extra = cli.parse_known_args(argv)
+    arguments = dict(vars(args))
+    command = COMMANDS[arguments.pop("command")]
+    if extra and (not command.on_recipe or any(item.startswith("-") for item in extra)):
+        cli.error(f"unrecognized arguments: {' '.join(extra)}")
+    if not command.on_recipe:
+        command.run(**arguments)
         return 0
 
-    if args.command not in ("list", "curves"):
-        # Resolved now, before any command imports TensorFlow: a typo fails at
-        # once, and execution.onednn can still reach TensorFlow's start.
-        tool_options = {"modes", "steps", "repeats", "size", "backprop", "workers", "kills"}
-        _environment.request_onednn(_config.resolve(
-            args.name, args.config,
-            [item for item in args.overrides if item.partition("=")[0] not in tool_options],
-            announce=lambda line: None))
-
-    if args.command == "curves":
-        from recipes import _curves
-
-        _curves.curves(args.run_dirs, args.out)
-        return 0
-    if args.command == "sweep":
-        from recipes import _sweep
-
-        _sweep.sweep(args.name, args.grid, args.config, args.overrides, args.dir,
-                     one_at_a_time=args.one_at_a_time)
-        return 0
-    if args.command in ("compare", "compare-sizes", "augment-benchmark", "data-benchmark",
-                        "memory", "scaling", "multiworker"):
-        from recipes import _compare
-    if args.command in ("compare", "compare-sizes"):
-        options, overrides = _compare.split_options(args.overrides,
-                                                    {"modes", "steps", "repeats", "size"})
-        modes = _compare.parse_modes(options.get("modes", ",".join(_compare.DEFAULT_MODES)))
-        steps = _compare.parse_count("steps", options.get("steps", str(_compare.DEFAULT_STEPS)), 2)
-        repeats = _compare.parse_count("repeats", options.get("repeats", "1"), 1)
-        if args.command == "compare":
-            if "size" in options:
-                parser.error("size= belongs to compare-sizes")
-            _compare.compare(args.name, modes, steps, args.config, overrides, repeats=repeats)
-        else:
-            from recipes._sweep import parse_grid
-
-            key, values = (parse_grid(options["size"], "size=") if "size" in options
-                           else (None, None))
-            _compare.compare_sizes(args.name, key, values, modes, steps, args.config, overrides,
-                                   repeats=repeats)
-        return 0
-    if args.command == "augment-benchmark":
-        from recipes import _augment_bench
-
-        options, overrides = _compare.split_options(args.overrides, {"steps"})
-        steps = _compare.parse_count("steps", options.get("steps", str(_compare.DEFAULT_STEPS)), 2)
-        _augment_bench.benchmark(args.name, steps, args.config, overrides)
-        return 0
-    if args.command == "data-benchmark":
-        from recipes import _data_bench
-
-        options, overrides = _compare.split_options(args.overrides, {"steps"})
-        steps = _compare.parse_count("steps", options.get("steps", "200"), 2)
-        _data_bench.benchmark(args.name, steps, args.config, overrides)
-        return 0
-    if args.command == "scaling":
-        options, overrides = _compare.split_options(args.overrides, {"steps", "repeats"})
-        steps = _compare.parse_count("steps", options.get("steps", str(_compare.DEFAULT_STEPS)), 2)
-        repeats = _compare.parse_count("repeats", options.get("repeats", "1"), 1)
-        _compare.scaling(args.name, steps, args.config, overrides, repeats)
-        return 0
-    if args.command == "multiworker":
-        from recipes import _multiworker
-
-        options, overrides = _compare.split_options(args.overrides, {"workers"})
-        workers = _compare.parse_count("workers", options.get("workers", "2"), 2)
-        _multiworker.launch(args.name, workers, args.config, overrides)
-        return 0
-    if args.command == "memory":
-        from recipes import _memory
-
-        options, overrides = _compare.split_options(args.overrides, {"steps", "backprop"})
-        steps = _compare.parse_count("steps", options.get("steps", str(_memory.DEFAULT_STEPS)), 1)
-        backprops = _memory.parse_backprops(options.get("backprop", ",".join(_memory.BACKPROPS)))
-        _memory.measure_all(args.name, backprops, steps, args.config, overrides)
-        return 0
-    if args.command == "graph":
-        from recipes import _graph
-
-        _graph.write_graph(args.name, args.config, args.overrides)
-        return 0
-    if args.command == "soak":
-        from recipes import _compare, _soak
-
-        options, overrides = _compare.split_options(args.overrides, {"kills"})
-        kills = _compare.parse_count("kills", options.get("kills", "20"), 1)
-        _soak.soak(args.name, kills, args.config, overrides)
-        return 0
-    if args.command == "profile":
-        from recipes import _profile
-
-        _profile.profile(args.name, args.config, args.overrides)
-        return 0
-    if args.command == "preview":
-        from recipes import _preview
-
-        _preview.preview(args.name, args.config, args.overrides)
-        return 0
-    quiet = args.command == "show"
-    config = _config.resolve(args.name, args.config, args.overrides,
-                             announce=(lambda line: None) if quiet else print)
-    if args.command == "show":
-        print(_config.dump(config), end="")
-        return 0
-    recipes.load(args.name).run(config)
+    items = [*args.overrides, *extra]
+    for key in (item.partition("=")[0] for item in items):
+        owners = [other.name for other in COMMANDS.values() if other.takes(key)]
+        if owners and not command.takes(key):
+            cli.error(f"{key}= belongs to {', '.join(owners)}")
+    # The command's options are split off first: the rest is the config,
+    # resolved now, before any command imports TensorFlow, so that a typo
+    # fails at once and execution.onednn can still reach TensorFlow's start.
+    options, arguments["overrides"] = command.split(items)
+    _environment.request_onednn(_config.resolve(args.name, args.config_files,
+                                                arguments["overrides"],
+                                                announce=lambda line: None))
+    command.run(**arguments, **options)
     return 0
 
 

@@ -23,6 +23,12 @@ RESUMABLE_KEYS = {"run", "train.epochs", "execution.mode", "execution.steps_per_
                   "execution.onednn"}
 
 
+def timestamped(parent):
+    """Returns `parent/<date>-<time>` (`20250131-142501`), the path of a new
+    run or output directory; creating it is left to whoever writes there."""
+    return Path(parent) / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
 def create(run_dir, config):
     """Creates `run_dir` (or reuses it, to resume), writes the resolved
     `config.yaml` into it and returns it."""
@@ -55,8 +61,7 @@ def choose(config):
                             "unfinished run to resume. Drop run.resume to start one.")
         run_dir = unfinished[-1]
     else:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        return RUNS_DIR / name / stamp
+        return timestamped(RUNS_DIR / name)
 
     if (run_dir / "config.yaml").exists():
         saved = yaml.safe_load((run_dir / "config.yaml").read_text())

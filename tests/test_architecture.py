@@ -16,7 +16,7 @@ from models import AugmentedModel
 from recipes import _config, _data
 from recipes._experiment import Experiment
 
-SOURCES = sorted(p for folder in ("recipes", "models", "callbacks", "tests")
+SOURCES = sorted(p for folder in ("recipes", "recipes/tools", "models", "callbacks", "tests")
                  for p in (ROOT / folder).glob("*.py"))
 
 # Assigning to an attribute of a Keras or TensorFlow class or module, or to a

@@ -12,7 +12,9 @@ import tensorflow as tf
 
 import recipes
 from models import AugmentedModel
-from recipes import UserError, _augment, _augment_bench, _config, _data, _preview
+from recipes import UserError, _augment, _config, _data
+from recipes.tools import augment_bench as _augment_bench
+from recipes.tools import preview as _preview
 
 ENGINES = list(_augment.ENGINES)
 

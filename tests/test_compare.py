@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from recipes import UserError, _compare, _loops
+from recipes import UserError
+from recipes.tools import compare as _compare
+from recipes.tools import parse_count
+from recipes.tools import loops as _loops
 
 TINY_MLP = ["data.synthetic_examples=256", "data.batch_size=32", "model.hidden_units=[32]"]
 
@@ -132,4 +135,4 @@ def test_bad_modes_are_user_errors(text, message):
                                                    ("repeats", "two", 1)])
 def test_bad_counts_are_user_errors(option, text, minimum):
     with pytest.raises(UserError, match=f"{option}= expects an integer of at least {minimum}"):
-        _compare.parse_count(option, text, minimum)
+        parse_count(option, text, minimum)

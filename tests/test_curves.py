@@ -4,7 +4,8 @@ import csv
 
 import pytest
 
-from recipes import UserError, _curves
+from recipes import UserError
+from recipes.tools import curves as _curves
 
 
 def write_run(run_dir, epoch_seconds, accuracies):

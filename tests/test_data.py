@@ -156,7 +156,7 @@ def test_tfds_without_data_or_network_fails_fast_with_advice(tmp_path, monkeypat
 
 @pytest.mark.slow
 def test_the_data_benchmark_times_the_recipe_pipeline(tmp_path, monkeypatch, capsys):
-    from recipes import _data_bench
+    from recipes.tools import data_bench as _data_bench
 
     monkeypatch.chdir(tmp_path)  # runs/ is relative to where the command runs
     result = _data_bench.benchmark("cifar10_cnn", steps=5, overrides=[

@@ -15,7 +15,8 @@ import pytest
 
 import recipes
 from conftest import ROOT, TINY
-from recipes import UserError, _distribute, _multiworker
+from recipes import UserError, _distribute
+from recipes.tools import multiworker as _multiworker
 
 MODULES = sorted({recipes.module_of(name) for name in recipes.names()})
 MIRRORED = ["execution.strategy=mirrored", "execution.devices=cpu:2"]

@@ -14,7 +14,8 @@ import tensorflow as tf
 import recipes
 from callbacks import DivergenceStop, TrainingDiverged
 from conftest import ROOT, TINY
-from recipes import UserError, _config, _data, _rundir, _soak
+from recipes import UserError, _config, _data, _rundir
+from recipes.tools import soak as _soak
 
 from test_data import write_folder
 from test_resume import RecordStartingState, fit_with

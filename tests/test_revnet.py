@@ -12,7 +12,8 @@ import tensorflow as tf
 import recipes
 from models.revnet import (VARIANTS, EntryUnit, ReversibleStage, depth, revnet_variant,
                            variant_spec)
-from recipes import UserError, _memory
+from recipes import UserError
+from recipes.tools import memory as _memory
 
 # The paper's parameter counts (millions, CIFAR-10), and the depths in the names.
 PAPER_PARAMS_M = {"revnet38": 0.46, "revnet110": 1.73}

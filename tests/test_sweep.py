@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, TINY, TINY_MODEL
-from recipes import UserError, _sweep
+from recipes import UserError
+from recipes.tools import sweep as _sweep
 
 
 @pytest.mark.slow

@@ -11,7 +11,9 @@ from tensorflow.core.protobuf import config_pb2
 from xprof.convert import raw_to_tool_data
 
 import recipes
-from recipes import UserError, _experiment, _graph, _profile
+from recipes import UserError, _experiment
+from recipes.tools import graph as _graph
+from recipes.tools import profile as _profile
 
 
 def events(log_dir):

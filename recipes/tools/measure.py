@@ -1,6 +1,6 @@
 """`compare`'s worker: one execution mode of one recipe, measured in a process of its own.
 
-    python -m recipes._measure '{"name": ..., "mode": ..., "steps": ..., ...}'
+    python -m recipes.tools.measure '{"name": ..., "mode": ..., "steps": ..., ...}'
 
 It builds the recipe (`build`), so every mode trains the very same model,
 optimizer, loss, batch and input stream, and times its training steps with
@@ -22,8 +22,9 @@ import tensorflow as tf
 import recipes
 from callbacks import Timing, execution_mode
 from models import network_of
-from recipes import _config, _environment, _loops
-from recipes._compare import SPE, WARMUP_STEPS
+from recipes import _config, _environment
+from recipes.tools import loops
+from recipes.tools.compare import SPE, WARMUP_STEPS
 
 # Modes that time whole calls of several steps: no per-step input wait.
 MULTI_STEP_MODES = {"graph_spe", "loop_epoch"}
@@ -93,7 +94,7 @@ def measure(job):
 
 def _time_loop(model, timing, batches, total, use_function):
     """`total` hand-written steps, each timed by `timing` as `fit` would call it."""
-    step = _loops.train_step(model, use_function)
+    step = loops.train_step(model, use_function)
     timing.set_model(model)
     timing.on_epoch_begin(0)
     iterator = iter(batches)
@@ -107,7 +108,7 @@ def _time_loop(model, timing, batches, total, use_function):
 def _time_epoch_function(model, timing, batches, steps):
     """Two calls of the whole-epoch function: one that traces and warms up,
     then `steps` timed steps in a single call."""
-    epoch = _loops.train_epoch(model)
+    epoch = loops.train_epoch(model)
     timing.set_model(model)
     timing.on_epoch_begin(0)
     iterator, done = iter(batches), 0

@@ -8,18 +8,19 @@ rate has to stay well above the training step's, or the step waits for
 input. Keras has no input-pipeline benchmark, hence this module.
 """
 
-import datetime
 import time
 
 import recipes
-from recipes import RUNS_DIR, _config
+from recipes import RUNS_DIR, _config, _rundir
+from recipes.tools import Command, count
+
+DEFAULT_STEPS = 200
 
 
-def benchmark(name, steps=200, config_files=(), overrides=(), warmup=10):
+def benchmark(name, steps=DEFAULT_STEPS, config_files=(), overrides=(), warmup=10):
     """Times recipe `name`'s training pipeline over `steps` batches; returns the numbers."""
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     config = _config.resolve(name, config_files, [
-        *overrides, f"run.dir={RUNS_DIR / 'data-benchmark' / name / stamp}",
+        *overrides, f"run.dir={_rundir.timestamped(RUNS_DIR / 'data-benchmark' / name)}",
         "callbacks.tensorboard=false", "callbacks.checkpoint=false"])
     started = time.perf_counter()
     experiment = recipes.load(name).build(config)
@@ -41,3 +42,10 @@ def benchmark(name, steps=200, config_files=(), overrides=(), warmup=10):
           f"({steps} batches of {data.batch_size}, augmentation: "
           f"{data.augment_on or 'none'}, no model)")
     return result
+
+
+COMMANDS = (
+    Command("data-benchmark", "time the input pipeline alone: loading, then training "
+                              "batches/s (option steps=N)",
+            benchmark, (count("steps", DEFAULT_STEPS, minimum=2),)),
+)

@@ -28,7 +28,8 @@ import yaml
 
 import recipes
 from recipes import RUNS_DIR, UserError, _config
-from recipes._tables import markdown_table, write_csv
+from recipes.tools import Command
+from recipes.tools.tables import markdown_table, write_csv
 
 COLUMNS = ["params", "best_val_accuracy", "test_accuracy", "s_per_epoch", "mode", "run_dir"]
 
@@ -144,3 +145,22 @@ def _cell(value):
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     return _text(value)
+
+
+def add_arguments(parser):
+    """`sweep`'s own arguments, named as `sweep` takes them."""
+    parser.add_argument("--grid", action="append", required=True, metavar="KEY=[V,...]",
+                        dest="grid_items",
+                        help='values to try, e.g. "train.lr=[0.05,0.1]" (repeatable)')
+    parser.add_argument("--dir", metavar="DIR", dest="sweep_dir",
+                        help="where the runs and tables go; default: "
+                             "runs/sweeps/NAME/<id of the command>")
+    parser.add_argument("--one-at-a-time", action="store_true",
+                        help="vary one key at a time from the recipe's settings, instead "
+                             "of every combination")
+
+
+COMMANDS = (
+    Command("sweep", "train every combination of --grid values; write a results table",
+            sweep, arguments=add_arguments),
+)

@@ -28,12 +28,3 @@ def number_cell(value):
             return f"{value:.3g}"
         return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
     return str(value)
-
-
-def device_label(device):
-    """The GPUs of a `device_info()` dict, or its CPU when there are none."""
-    if device["gpus"]:
-        return ", ".join(device["gpus"])
-    features = device.get("cpu_features") or []
-    newest = f", {features[-1]}" if features else ""  # enough to tell machines apart
-    return f"{device['cpu']} ({device['cpu_cores']} cores{newest})"

@@ -11,28 +11,28 @@ lost per kill, whether every epoch appears once in history.csv, whether the
 run finished.
 """
 
-import datetime
 import random
 import subprocess
 import sys
 import time
 
-from recipes import RUNS_DIR, UserError, _config, _rundir, _tables
+from recipes import RUNS_DIR, UserError, _config, _rundir
+from recipes.tools import Command, count, tables
 
 POLL_S = 0.001
+DEFAULT_KILLS = 20
 
 
-def soak(name, kills=20, config_files=(), overrides=(), seed=0, runs_dir=RUNS_DIR):
+def soak(name, kills=DEFAULT_KILLS, config_files=(), overrides=(), seed=0, runs_dir=RUNS_DIR):
     """Kills and resumes recipe `name` `kills` times; prints and returns the results."""
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = (runs_dir / "soak" / name / stamp).resolve()
+    run_dir = _rundir.timestamped(runs_dir / "soak" / name).resolve()
     overrides = [*overrides, f"run.dir={run_dir}", "run.verbose=0"]
     config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
     epochs = config["train"]["epochs"]
     command = [sys.executable, "-m", "recipes", "run", name,
                *[f"--config={path}" for path in config_files], *overrides]
     rng = random.Random(seed)
-    lost, log = [], run_dir.parent / f"{stamp}.log"
+    lost, log = [], run_dir.parent / f"{run_dir.name}.log"
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as output:
         for kill in range(1, kills + 1):
@@ -62,7 +62,7 @@ def soak(name, kills=20, config_files=(), overrides=(), seed=0, runs_dir=RUNS_DI
         "every epoch once in history.csv": history == list(range(epochs)),
         "run finished": (run_dir / "metrics.json").exists(),
     }
-    table = _tables.markdown_table(list(row), [row])
+    table = tables.markdown_table(list(row), [row])
     (run_dir / "soak.md").write_text(table + "\n")
     print(f"\n{table}\n\nrun: {run_dir}; the processes' output: {log}")
     if returncode != 0:
@@ -98,3 +98,10 @@ def _wait_and_kill(process, run_dir, during_write, rng):
     process.kill()
     process.wait()
     return len(_rundir.read_rows(history))
+
+
+COMMANDS = (
+    Command("soak", "SIGKILL a training N times at random moments and resume it each time; "
+                    "a table of what survived (option kills=N)",
+            soak, (count("kills", DEFAULT_KILLS, minimum=1),)),
+)

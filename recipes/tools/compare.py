@@ -2,7 +2,7 @@
 
     python -m recipes compare mnist_mlp modes=eager,graph,xla steps=50
 
-Each mode runs in a fresh process (`recipes/_measure.py`), which builds the
+Each mode runs in a fresh process (`recipes/tools/measure.py`), which builds the
 recipe and trains what it builds, so every mode trains the very same setup
 on the same input stream:
 
@@ -11,7 +11,7 @@ on the same input stream:
 - `loop_eager`, `loop_function`: a hand-written `GradientTape` step, without
   and with `tf.function`: the low-level reference that shows what `fit` adds;
 - `loop_epoch`: the whole epoch as one `tf.function` looping over the
-  `tf.data.Dataset` inside the graph (`recipes/_loops.py:train_epoch`);
+  `tf.data.Dataset` inside the graph (`recipes/tools/loops.py:train_epoch`);
 - `graph_ready` (asked for by name): `fit` in graph mode on one batch repeated,
   an input that is always ready. Its step time is the step without the input
   pipeline, and its input wait is the floor of that measurement (Keras'
@@ -21,16 +21,17 @@ The first step (tracing or compiling) and `WARMUP_STEPS` more are left out of
 the steady-state figures.
 """
 
-import datetime
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, _plots
+from recipes import RUNS_DIR, UserError, _config, _rundir
 from recipes._environment import device_label
-from recipes._tables import markdown_table, number_cell, write_csv
+from recipes.tools import Command, Option, count, plots
+from recipes.tools.sweep import parse_grid
+from recipes.tools.tables import markdown_table, number_cell, write_csv
 
 DEFAULT_MODES = ["eager", "graph", "xla", "graph_spe", "loop_eager", "loop_function",
                  "loop_epoch"]
@@ -50,18 +51,6 @@ SIZES = {
 }
 
 
-def split_options(items, allowed):
-    """Separates `name=value` options in `allowed` from config overrides."""
-    options, overrides = {}, []
-    for item in items:
-        key, sep, value = item.partition("=")
-        if sep and key in allowed:
-            options[key] = value
-        else:
-            overrides.append(item)
-    return options, overrides
-
-
 def parse_modes(text):
     modes = [mode.strip() for mode in text.split(",") if mode.strip()]
     unknown = [mode for mode in modes if mode not in MODES]
@@ -69,13 +58,6 @@ def parse_modes(text):
         raise UserError(f"Unknown mode(s) {', '.join(unknown) or '(none)'} in modes=; "
                         f"known: {','.join(MODES)}.")
     return modes
-
-
-def parse_count(option, text, minimum):
-    """`option=text` as an integer of at least `minimum`, or a UserError."""
-    if not text.isdigit() or int(text) < minimum:
-        raise UserError(f"{option}= expects an integer of at least {minimum}, got '{text}'.")
-    return int(text)
 
 
 def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), overrides=(),
@@ -94,8 +76,7 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
     overrides = ["data.source=synthetic", *overrides]
     _config.resolve(name, config_files, overrides, announce=lambda line: None)  # fail early
     if out_dir is None:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out_dir = RUNS_DIR / "compare" / name / stamp
+        out_dir = _rundir.timestamped(RUNS_DIR / "compare" / name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"comparing {', '.join(modes)} on {name}, {steps} steady steps each, "
@@ -109,7 +90,7 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
         job = {"name": name, "mode": mode, "steps": steps, "config_files": list(map(str, config_files)),
                "overrides": list(overrides), "out": str(out_dir / "modes" / f"{label}.json"),
                "run_dir": str(out_dir / "modes" / label)}
-        result = subprocess.run([sys.executable, "-m", "recipes._measure", json.dumps(job)],
+        result = subprocess.run([sys.executable, "-m", "recipes.tools.measure", json.dumps(job)],
                                 capture_output=True, text=True)
         if result.returncode != 0:
             raise UserError(f"Mode {mode} failed (exit {result.returncode}):\n"
@@ -143,7 +124,7 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
     write_csv(out_dir / "results.csv", COLUMNS, rows)
     table = markdown_table(COLUMNS, rows, number_cell)
     (out_dir / "table.md").write_text(table + "\n")
-    _plots.modes(rows, f"{name} on {device_label(context['device'])}", out_dir / "speedup.png")
+    plots.modes(rows, f"{name} on {device_label(context['device'])}", out_dir / "speedup.png")
     if not quiet:
         print("\n" + table + f"\n\nresults: {out_dir}/results.json, table.md, speedup.png")
     return results
@@ -158,8 +139,7 @@ def scaling(name, steps=DEFAULT_STEPS, config_files=(), overrides=(), repeats=1,
     per-replica batch: images/s and the scaling efficiency, global images/s
     over (replicas x the single device's). Returns the rows."""
     if out_dir is None:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out_dir = RUNS_DIR / "scaling" / name / stamp
+        out_dir = _rundir.timestamped(RUNS_DIR / "scaling" / name)
     out_dir = Path(out_dir)
     rows = []
     for strategy in ("none", "mirrored"):
@@ -191,8 +171,7 @@ def compare_sizes(name, size_key=None, size_values=None, modes=DEFAULT_MODES, st
                             "e.g. size=model.hidden_units=[[64],[256],[1024],[4096]].")
         size_key, size_values = SIZES[module]
     if out_dir is None:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out_dir = RUNS_DIR / "compare-sizes" / name / stamp
+        out_dir = _rundir.timestamped(RUNS_DIR / "compare-sizes" / name)
     out_dir = Path(out_dir)
     rows = []
     for number, value in enumerate(size_values, 1):
@@ -207,8 +186,32 @@ def compare_sizes(name, size_key=None, size_values=None, modes=DEFAULT_MODES, st
     columns = ["size", "params", *COLUMNS]
     write_csv(out_dir / "results.csv", columns, rows)
     (out_dir / "table.md").write_text(markdown_table(columns, rows, number_cell) + "\n")
-    _plots.sizes(rows, f"{name}: {size_key}, on {device_label(results['device'])}",
+    plots.sizes(rows, f"{name}: {size_key}, on {device_label(results['device'])}",
                  out_dir / "speedup_vs_params.png")
     print("\n" + markdown_table(columns, rows, number_cell))
     print(f"\nresults: {out_dir}/results.csv, table.md, speedup_vs_params.png")
     return rows
+
+
+def _compare_sizes(name, config_files, overrides, size, **options):
+    """`compare-sizes`: its `size=KEY=[...]` option is `compare_sizes`'s key and values."""
+    size_key, size_values = size or (None, None)
+    return compare_sizes(name, size_key, size_values, config_files=config_files,
+                         overrides=overrides, **options)
+
+
+STEPS_OPTION = count("steps", DEFAULT_STEPS, minimum=2)
+REPEATS_OPTION = count("repeats", 1, minimum=1)
+MODES_OPTION = Option("modes", DEFAULT_MODES, parse_modes)
+COMMANDS = (
+    Command("compare", "time the training step in each execution mode "
+                       "(options modes=..., steps=N, repeats=N)",
+            compare, (MODES_OPTION, STEPS_OPTION, REPEATS_OPTION)),
+    Command("compare-sizes", "compare the modes at four or more model sizes "
+                             "(options size=KEY=[...], modes=, steps=, repeats=)",
+            _compare_sizes, (Option("size", None, lambda text: parse_grid(text, "size=")),
+                             MODES_OPTION, STEPS_OPTION, REPEATS_OPTION)),
+    Command("scaling", "images/s with no strategy and with execution.strategy=mirrored, and "
+                       "the scaling efficiency (options steps=, repeats=)",
+            scaling, (STEPS_OPTION, REPEATS_OPTION)),
+)

@@ -7,12 +7,12 @@ convolutions, batch norm, concatenation, and so on. TensorBoard shows the
 table op by op; nothing in it adds it up by kind, so this does.
 """
 
-import datetime
 import json
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, _experiment, _tables
+from recipes import RUNS_DIR, UserError, _config, _experiment, _rundir
+from recipes.tools import Command, tables
 
 WARMUP_STEPS, PROFILED_STEPS = 5, 3
 
@@ -46,8 +46,7 @@ def kind_of(kernel):
 
 def profile(name, config_files=(), overrides=()):
     """Profiles recipe `name`'s training steps; prints and returns the table's path."""
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out_dir = RUNS_DIR / "profile" / name / stamp
+    out_dir = _rundir.timestamped(RUNS_DIR / "profile" / name)
     first = WARMUP_STEPS + 1
     forced = ["train.epochs=1", f"train.steps_per_epoch={WARMUP_STEPS + PROFILED_STEPS}",
               f"callbacks.profile={first},{first + PROFILED_STEPS - 1}",
@@ -74,7 +73,7 @@ def profile(name, config_files=(), overrides=()):
                         "installed (make setup)?")
     rows = by_kind(op_times(traces[-1]))
     columns = ["kind of work", "ms per step", "share"]
-    table = _tables.markdown_table(columns, [
+    table = tables.markdown_table(columns, [
         dict(zip(columns, (kind, f"{ms / PROFILED_STEPS:.1f}", f"{share:.1%}")))
         for kind, ms, share in rows])
     path = out_dir / "profile_table.md"
@@ -112,3 +111,9 @@ def by_kind(times):
         kinds[kind_of(kernel)] = kinds.get(kind_of(kernel), 0.0) + ms
     return sorted(((kind, ms, ms / total) for kind, ms in kinds.items()),
                   key=lambda row: -row[1])
+
+
+COMMANDS = (
+    Command("profile", "profile a few training steps; a table of where their time goes, "
+                       "by kind of op", profile),
+)

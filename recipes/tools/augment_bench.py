@@ -11,35 +11,37 @@ Two measurements, on random images of the recipe's shape and batch size:
 Keras has no augmentation benchmark, hence this module.
 """
 
-import datetime
 import time
 from pathlib import Path
 
 import numpy as np
 
-from recipes import RUNS_DIR, UserError, _augment, _compare, _config, _data
-from recipes._tables import device_label, markdown_table, number_cell, write_csv
+from recipes import RUNS_DIR, UserError, _config, _rundir
+from recipes._environment import device_label
+from recipes.tools import Command, compare
+from recipes.tools.tables import markdown_table, number_cell, write_csv
 
 OPERATION_COLUMNS = ["engine", "operation", "host_images_per_s", "device_images_per_s"]
 TRAINING_COLUMNS = ["augment_on", "images_per_s", "step_ms_median", "input_wait_fraction",
                     "speedup_vs_host"]
 
 
-def benchmark(name, steps=_compare.DEFAULT_STEPS, config_files=(), overrides=(), batches=20,
+def benchmark(name, steps=compare.DEFAULT_STEPS, config_files=(), overrides=(), batches=20,
               out_dir=None):
     """Measures recipe `name`'s augmentation; returns both tables' rows.
 
     Writes `operations.csv`, `training.csv` and `table.md` into `out_dir`
     (default `runs/augment-benchmark/NAME/<timestamp>`).
     """
+    from recipes import _augment, _data  # they import TensorFlow
+
     config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
     pipeline = config["data"]["augment"]
     if not pipeline:
         raise UserError(f"{name} has no data.augment to benchmark; add some, e.g. "
                         "data.augment=[pad_crop,flip].")
     if out_dir is None:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out_dir = RUNS_DIR / "augment-benchmark" / name / stamp
+        out_dir = _rundir.timestamped(RUNS_DIR / "augment-benchmark" / name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -65,7 +67,7 @@ def benchmark(name, steps=_compare.DEFAULT_STEPS, config_files=(), overrides=(),
     print(f"\ntraining with {pipeline} in graph mode, host against device:", flush=True)
     training = []
     for placement in ("host", "device"):
-        result = _compare.compare(name, ["graph"], steps, config_files,
+        result = compare.compare(name, ["graph"], steps, config_files,
                                   [*overrides, f"data.augment_on={placement}"],
                                   out_dir / f"training_{placement}", quiet=True)
         training.append({"augment_on": placement, **result["rows"][0]})
@@ -108,3 +110,10 @@ def _device_rate(augment, images, labels, batches):
         out = function(images, labels)
     out[0].numpy()  # waits for the queued calls
     return batches * len(images) / (time.perf_counter() - started)
+
+
+COMMANDS = (
+    Command("augment-benchmark", "time each augmentation, and training with it on host and "
+                                 "device (option steps=N)",
+            benchmark, (compare.STEPS_OPTION,)),
+)

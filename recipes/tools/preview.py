@@ -6,11 +6,11 @@ augmentation (bottom row), with their labels; soft labels from MixUp and
 CutMix show their two largest classes.
 """
 
-import datetime
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, _plots
+from recipes import RUNS_DIR, UserError, _config, _rundir
+from recipes.tools import Command, plots
 
 
 def preview(name, config_files=(), overrides=(), count=8):
@@ -20,8 +20,7 @@ def preview(name, config_files=(), overrides=(), count=8):
         raise UserError(f"{name} has no data.augment to preview; add some, e.g. "
                         "data.augment=[pad_crop,flip,cutmix].")
     if config["run"]["dir"] is None:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        config["run"]["dir"] = str(RUNS_DIR / "preview" / name / stamp)
+        config["run"]["dir"] = str(_rundir.timestamped(RUNS_DIR / "preview" / name))
     # The recipe as it trains: its labels (one-hot or not) and augmentation.
     data = recipes.load(name).build(config).data
     images, labels = next(iter(data.train_plain))
@@ -30,7 +29,12 @@ def preview(name, config_files=(), overrides=(), count=8):
 
     path = Path(config["run"]["dir"]).expanduser() / "augmentation.png"
     entries = ", ".join(map(str, config["data"]["augment"]))
-    _plots.image_grid([(images, labels), (augmented, mixed)], ["original", "augmented"],
+    plots.image_grid([(images, labels), (augmented, mixed)], ["original", "augmented"],
                       f"{name}: {entries} ({config['data']['augment_engine']})", path)
     print(f"preview: {path}")
     return path
+
+
+COMMANDS = (
+    Command("preview", "write a PNG of training images before and after data.augment", preview),
+)

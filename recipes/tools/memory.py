@@ -19,7 +19,6 @@ Writes `results.json`, `results.csv`, `table.md` and `memory_vs_depth.png`
 into `runs/memory/NAME/<timestamp>/`.
 """
 
-import datetime
 import json
 import os
 import resource
@@ -30,9 +29,10 @@ import time
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, _plots
+from recipes import RUNS_DIR, UserError, _config, _rundir
 from recipes._environment import device_label
-from recipes._tables import markdown_table, number_cell, write_csv
+from recipes.tools import Command, Option, count, plots
+from recipes.tools.tables import markdown_table, number_cell, write_csv
 
 BACKPROPS = ["standard", "reversible", "remat"]
 DEFAULT_STEPS = 5
@@ -63,8 +63,7 @@ def measure_all(name, backprops=BACKPROPS, steps=DEFAULT_STEPS, config_files=(),
     variants = ([config["model"]["variant"]] if any(o.startswith("model.variant=") for o in overrides)
                 else _config.recipe_schema(recipes.module_of(name))["model.variant"])
     if out_dir is None:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out_dir = RUNS_DIR / "memory" / name / stamp
+        out_dir = _rundir.timestamped(RUNS_DIR / "memory" / name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     jobs = [(variant, backprop) for variant in variants for backprop in backprops]
@@ -78,7 +77,7 @@ def measure_all(name, backprops=BACKPROPS, steps=DEFAULT_STEPS, config_files=(),
                "overrides": [*overrides, f"model.variant={variant}", f"model.backprop={backprop}"],
                "steps": steps, "out": str(out_dir / "settings" / f"{label}.json"),
                "run_dir": str(out_dir / "settings" / label)}
-        result = subprocess.run([sys.executable, "-m", "recipes._memory", json.dumps(job)],
+        result = subprocess.run([sys.executable, "-m", "recipes.tools.memory", json.dumps(job)],
                                 capture_output=True, text=True, env=WORKER_ENVIRONMENT)
         if result.returncode != 0:
             raise UserError(f"{label} failed (exit {result.returncode}):\n" + result.stderr[-3000:])
@@ -101,7 +100,7 @@ def measure_all(name, backprops=BACKPROPS, steps=DEFAULT_STEPS, config_files=(),
     write_csv(out_dir / "results.csv", COLUMNS, rows)
     table = markdown_table(COLUMNS, rows, number_cell)
     (out_dir / "table.md").write_text(table + "\n")
-    _plots.memory_vs_depth(rows, f"{name}, batch {measured['config']['data']['batch_size']}, "
+    plots.memory_vs_depth(rows, f"{name}, batch {measured['config']['data']['batch_size']}, "
                                  f"on {device_label(measured['device'])}",
                            out_dir / "memory_vs_depth.png")
     print("\n" + table + f"\n\nresults: {out_dir}/results.json, table.md, memory_vs_depth.png")
@@ -164,6 +163,19 @@ def _measure(job):
     Path(job["out"]).write_text(json.dumps({
         "row": row, "memory_of": device, "device": _environment.device_info(),
         "versions": _environment.versions(), "config": config}, indent=2))
+
+
+def _measure_all(name, config_files, overrides, backprop, steps):
+    """`memory`: its `backprop=` option is `measure_all`'s `backprops`."""
+    return measure_all(name, backprop, steps, config_files, overrides)
+
+
+COMMANDS = (
+    Command("memory", "peak memory and time of a training step for each model.backprop and "
+                      "variant (options backprop=, steps=)",
+            _measure_all, (Option("backprop", BACKPROPS, parse_backprops),
+                           count("steps", DEFAULT_STEPS, minimum=1))),
+)
 
 
 if __name__ == "__main__":

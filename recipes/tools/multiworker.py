@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from recipes import UserError, _config, _rundir
+from recipes.tools import Command, count
 
 
 def free_ports(count):
@@ -134,3 +135,10 @@ def _stop(processes, grace_s=10):
 def _tail(path, lines=20):
     text = Path(path).read_text(errors="replace").splitlines() if Path(path).exists() else []
     return "\n".join(f"  {line}" for line in text[-lines:])
+
+
+COMMANDS = (
+    Command("multiworker", "train on N local worker processes with MultiWorkerMirroredStrategy "
+                           "(option workers=N)",
+            launch, (count("workers", 2, minimum=2),)),
+)

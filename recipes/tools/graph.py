@@ -4,21 +4,20 @@ Builds the recipe, traces `fit`'s training step (`model.train_step`, as `fit`
 compiles it) on the training data's shapes and writes it for TensorBoard's
 Graphs tab. It also writes the Python code AutoGraph generates from the
 hand-written training step of `compare`'s loop modes
-(`recipes/_loops.py:step_body`), which shows how Python control flow becomes
+(`recipes/tools/loops.py:step_body`), which shows how Python control flow becomes
 graph ops.
 """
 
-import datetime
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config
+from recipes import RUNS_DIR, UserError, _config, _rundir
+from recipes.tools import Command
 
 
 def write_graph(name, config_files=(), overrides=()):
     """Writes recipe `name`'s training-step graph; returns the output directory."""
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out_dir = RUNS_DIR / "graph" / name / stamp
+    out_dir = _rundir.timestamped(RUNS_DIR / "graph" / name)
     # Random images unless asked otherwise: the graph depends on shapes only.
     config = _config.resolve(name, config_files, [
         "data.source=synthetic", *overrides, f"run.dir={out_dir}", "run.verbose=0",
@@ -29,7 +28,7 @@ def write_graph(name, config_files=(), overrides=()):
                         "Use execution.mode=graph or xla.")
     import tensorflow as tf
 
-    from recipes import _loops
+    from recipes.tools import loops
 
     experiment = recipes.load(name).build(config)
     model, out_dir = experiment.model, Path(config["run"]["dir"])
@@ -44,10 +43,16 @@ def write_graph(name, config_files=(), overrides=()):
     code_path = out_dir / "autograph" / "train_step.py"
     code_path.parent.mkdir(parents=True, exist_ok=True)
     code_path.write_text(
-        "# What AutoGraph makes of recipes/_loops.py:step_body's `step` "
-        "(tf.autograph.to_code).\n" + tf.autograph.to_code(_loops.step_body(model)))
+        "# What AutoGraph makes of recipes/tools/loops.py:step_body's `step` "
+        "(tf.autograph.to_code).\n" + tf.autograph.to_code(loops.step_body(model)))
     print(f"graph of {name}'s training step ({config['execution']['mode']} mode, "
           f"{len(graph.get_operations())} ops): {log_dir}\n"
           f"  open it: tensorboard --logdir {out_dir / 'tensorboard'}  (Graphs tab)\n"
           f"AutoGraph's code for the hand-written step: {code_path}")
     return out_dir
+
+
+COMMANDS = (
+    Command("graph", "write the training step's graph for TensorBoard, and AutoGraph's code, "
+                     "without training", write_graph),
+)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from recipes import UserError, _plots
+from recipes import UserError
+from recipes.tools import Command, plots
 
 
 def read_curve(run_dir):
@@ -39,10 +40,22 @@ def curves(run_dirs, out=None):
         raise UserError("curves needs at least one run directory.")
     lines = [read_curve(run_dir) for run_dir in run_dirs]
     path = Path(out) if out else Path(run_dirs[0]) / "accuracy_vs_time.png"
-    _plots.accuracy_vs_time(lines, path)
+    plots.accuracy_vs_time(lines, path)
     for label, minutes, accuracy in lines:
         best = max(range(len(accuracy)), key=accuracy.__getitem__)
         print(f"{label}: best val_accuracy {accuracy[best]:.4f} at {minutes[best]:.1f} min "
               f"(epoch {best + 1} of {len(accuracy)}, {minutes[-1]:.1f} min in all)")
     print(f"plot: {path}")
     return path
+
+
+def add_arguments(parser):
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="runs/NAME/<timestamp>")
+    parser.add_argument("--out", metavar="PNG",
+                        help="default: RUN_DIR/accuracy_vs_time.png of the first run")
+
+
+COMMANDS = (
+    Command("curves", "plot validation accuracy against training time for one or more runs",
+            curves, arguments=add_arguments, on_recipe=False),
+)

@@ -1,0 +1,84 @@
+"""The commands that work on a recipe without being one, and what only they use
+(plots, tables, the hand-written training loops).
+
+Each tool module declares its commands in `COMMANDS`, a tuple of `Command`:
+the name, a line of help, the function it runs and the `key=value` options
+it takes. `python -m recipes` builds its parser from them, so it imports
+every tool module: a tool imports TensorFlow when it runs, never at import,
+so that `list` and `show` answer without it and `execution.onednn` can still
+reach TensorFlow's start.
+"""
+
+import dataclasses
+from typing import Callable
+
+from recipes import UserError
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """A `name=value` item on a command's line that sets the tool, not the config.
+
+    Args:
+        name: its key, e.g. `"steps"`.
+        default: its value when the item is absent.
+        parse: the item's text -> its value; raises `UserError` on bad text.
+    """
+
+    name: str
+    default: object
+    parse: Callable[[str], object]
+
+
+def count(name, default, minimum):
+    """An `Option` that takes an integer of at least `minimum`."""
+    return Option(name, default, lambda text: parse_count(name, text, minimum))
+
+
+def parse_count(option, text, minimum):
+    """`option=text` as an integer of at least `minimum`, or a UserError."""
+    if not text.isdigit() or int(text) < minimum:
+        raise UserError(f"{option}= expects an integer of at least {minimum}, got '{text}'.")
+    return int(text)
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A command of `python -m recipes`.
+
+    Args:
+        name: what follows `python -m recipes`, e.g. `"compare"`.
+        help: its line in `python -m recipes -h`.
+        run: the function it calls, with keyword arguments: `name`,
+            `config_files` and `overrides` for a command on a recipe, each
+            option's value by its name, and each argument that `arguments`
+            adds by its `dest`.
+        options: the `Option`s it takes out of the `key=value` items.
+        arguments: adds arguments of its own to its parser (sweep's `--grid`).
+        on_recipe: it takes `NAME [key=value ...] [--config FILE]`.
+    """
+
+    name: str
+    help: str
+    run: Callable
+    options: tuple = ()
+    arguments: Callable | None = None
+    on_recipe: bool = True
+
+    def takes(self, key):
+        """Whether `key=value` is one of this command's options."""
+        return any(option.name == key for option in self.options)
+
+    def split(self, items):
+        """Separates this command's options from the config overrides in
+        `items`; returns ({option name: value}, overrides)."""
+        texts, overrides = {}, []
+        for item in items:
+            key, sep, text = item.partition("=")
+            if sep and self.takes(key):
+                texts[key] = text
+            else:
+                overrides.append(item)
+        values = {option.name: option.parse(texts[option.name]) if option.name in texts
+                  else option.default for option in self.options}
+        return values, overrides

@@ -1,0 +1,59 @@
+"""The layout keeps its lists true: `recipes.MODULES` names the recipe
+modules in the folder, and the README's command table names the commands
+of `python -m recipes`, each with the options its tool declares."""
+
+import ast
+import re
+
+import pytest
+
+import recipes
+from conftest import ROOT
+from recipes.__main__ import COMMANDS, main
+
+
+def _top_level_functions(path):
+    return {node.name for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.FunctionDef)}
+
+
+def test_modules_names_every_recipe_module_and_nothing_else():
+    with_build_and_run = {path.stem for path in (ROOT / "recipes").glob("*.py")
+                          if {"build", "run"} <= _top_level_functions(path)}
+    assert with_build_and_run, "no module with build and run found: the search is broken"
+    assert set(recipes.MODULES) == with_build_and_run
+    assert len(recipes.MODULES) == len(set(recipes.MODULES))
+
+
+def _readme_commands():
+    """{command: its row} from the table under the README's "Command line"."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Command line\n")[1].split("\n## ")[0]
+    return {match[1]: match[0] for match in
+            re.finditer(r"^\| `python -m recipes ([\w-]+).*$", section, re.MULTILINE)}
+
+
+def test_the_readme_table_lists_every_command_and_no_other():
+    assert len(_readme_commands()) > 10, "the README's table was not found"
+    assert sorted(_readme_commands()) == sorted(COMMANDS)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_the_readme_row_names_each_option_of_its_command(name):
+    row = _readme_commands()[name]
+    for option in COMMANDS[name].options:
+        assert f"{option.name}=" in row, f"{name}: {option.name}= is not in the README's row"
+
+
+def test_a_command_takes_its_options_out_of_the_overrides():
+    options, overrides = COMMANDS["compare"].split(
+        ["modes=graph,xla", "train.lr=0.1", "steps=7", "model.depth=[1,2]"])
+    assert options == {"modes": ["graph", "xla"], "steps": 7, "repeats": 1}
+    assert overrides == ["train.lr=0.1", "model.depth=[1,2]"]
+
+
+def test_another_commands_option_is_an_error_that_names_its_command(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["compare", "mnist_mlp", "size=model.depth=[10,22]"])
+    assert exit_.value.code == 2
+    assert "size= belongs to compare-sizes" in capsys.readouterr().err
