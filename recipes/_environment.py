@@ -73,6 +73,20 @@ def device_label(device):
     return f"{device['cpu']} ({device['cpu_cores']} cores{newest})"
 
 
+def warn_if_bfloat16_is_emulated():
+    """Prints one line when mixed_bfloat16 is about to run on a CPU without
+    bfloat16 instructions, where TensorFlow emulates them: slower than
+    float32, which a user choosing bfloat16 for speed would not expect."""
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
+        return
+    if not {"avx512_bf16", "amx_bf16"} & _cpu()[1]:
+        print("warning: execution.precision=mixed_bfloat16 on a CPU without AVX512_BF16 or "
+              "AMX: TensorFlow emulates bfloat16 there, slower than float32; "
+              "set execution.precision=float32 for speed.", flush=True)
+
+
 def _cpu():
     """The CPU's model name and its feature flags, from /proc/cpuinfo where there is one."""
     name, flags = platform.processor() or platform.machine(), set()

@@ -36,6 +36,8 @@ def prepare(config):
     keras.backend.clear_session()
     keras.utils.set_random_seed(config["execution"]["seed"])
     keras.mixed_precision.set_global_policy(config["execution"]["precision"])
+    if config["execution"]["precision"] == "mixed_bfloat16":
+        _environment.warn_if_bfloat16_is_emulated()
     return _distribute.strategy(config)
 
 

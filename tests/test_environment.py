@@ -33,3 +33,11 @@ def test_the_command_line_sets_it_before_tensorflow_starts(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["device"]["TF_ENABLE_ONEDNN_OPTS"] == "1"
+
+
+@pytest.mark.parametrize("flags, warned", [({"avx2", "avx512f"}, True),
+                                           ({"avx512f", "avx512_bf16"}, False)])
+def test_mixed_bfloat16_warns_only_where_the_cpu_emulates_it(flags, warned, monkeypatch, capsys):
+    monkeypatch.setattr(_environment, "_cpu", lambda: ("a CPU", flags))
+    _environment.warn_if_bfloat16_is_emulated()
+    assert ("TensorFlow emulates bfloat16" in capsys.readouterr().out) == warned
