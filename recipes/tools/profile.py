@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, _experiment, _rundir
+from recipes import RUNS_DIR, UserError, _config, _rundir
 from recipes.tools import Command, tables
 
 WARMUP_STEPS, PROFILED_STEPS = 5, 3
@@ -59,6 +59,8 @@ def profile(name, config_files=(), overrides=()):
     if config["execution"]["mode"] == "eager":
         raise UserError("profile times graph ops; execution.mode=eager runs op by op "
                         "from Python. Use execution.mode=graph or xla.")
+    from recipes import _experiment  # imports TensorFlow: only once the command runs
+
     experiment = recipes.load(name).build(config)
     run_dir, data = experiment.open_run_dir(), experiment.data
     # The recipe's callbacks, the TensorBoard profiler among them; no
