@@ -10,10 +10,11 @@ MODES = ("eager", "graph", "xla")
 
 
 def execution_mode(model):
-    """Returns the mode a compiled `model` trains in: eager, graph or xla.
+    """Returns the mode a compiled `model` trains, evaluates and predicts in:
+    eager, graph or xla.
 
-    An `AugmentedModel` compiles its network's step apart from `fit`'s own
-    function, and says so in `step_jit_compile`.
+    An `AugmentedModel` compiles its network's steps apart from the functions
+    of `fit`, `evaluate` and `predict`, and says so in `step_jit_compile`.
     """
     if model.run_eagerly:
         return "eager"

@@ -13,10 +13,12 @@ class AugmentedModel(keras.Model):
     Keras runs no user code between reading a batch and the training step,
     so this overrides `train_step`, the documented way to change what `fit`
     does. Under XLA the augmentation stays out of the compiled cluster
-    (RandAugment, MixUp and CutMix use ops XLA cannot compile): `compile`
-    keeps `fit`'s own function a plain graph and compiles the model's step
-    as a `jit_compile=True` function of its own, called after the
-    augmentation. `step_jit_compile` says whether it did.
+    (RandAugment, MixUp and CutMix use ops XLA cannot compile), and Keras
+    compiles a whole step or none of it: `compile` keeps the functions of
+    `fit`, `evaluate` and `predict` plain graphs and compiles Keras' own
+    training, test and prediction steps as `jit_compile=True` functions of
+    their own, which the overridden steps call (the training step after
+    the augmentation). `step_jit_compile` says whether it did.
 
     A saved model loads back without its augmentation, which is a Python
     function: it predicts as `network` does.
@@ -32,7 +34,7 @@ class AugmentedModel(keras.Model):
     model = AugmentedModel(network, augment)
     model.compile(optimizer="sgd", loss="categorical_crossentropy", jit_compile=True)
     model.fit(batches)
-    model.step_jit_compile  # True: the network's step ran under XLA
+    model.step_jit_compile  # True: the network's steps run under XLA
     ```
     """
 
@@ -44,6 +46,9 @@ class AugmentedModel(keras.Model):
         self.network = network
         self.augment = augment
         self.step_jit_compile = False
+        # `predict` needs no `compile`: until then the steps are Keras' own,
+        # jit-compiled or not as Keras decides.
+        self._set_network_steps(jit_compile=False)
         self.build(network.input_shape)
 
     def call(self, inputs, training=None):
@@ -51,10 +56,11 @@ class AugmentedModel(keras.Model):
 
     def compile(self, *args, **kwargs):
         super().compile(*args, **kwargs)
-        # Resolved by Keras: False if a layer cannot be compiled.
+        # Resolved by Keras: False if a layer cannot be compiled. With it on,
+        # fit's function would take the augmentation into XLA: Keras' own
+        # functions stay plain graphs, and call the network's steps compiled.
         self.step_jit_compile, self.jit_compile = self.jit_compile, False
-        step = super().train_step
-        self._network_step = tf.function(step, jit_compile=True) if self.step_jit_compile else step
+        self._set_network_steps(self.step_jit_compile)
         # fit traces its step with AutoGraph off, and keras-cv's layers need
         # it (Python `if`s on tensors): a tf.function of their own turns it on.
         self._augment_batch = (self.augment if self.run_eagerly or self.augment is None
@@ -67,10 +73,23 @@ class AugmentedModel(keras.Model):
         self.compile(**keras.saving.deserialize_keras_object(config))
         self.optimizer.build(self.trainable_variables)
 
+    def _set_network_steps(self, jit_compile):
+        # Keras' own steps; none of them augments, so XLA can compile each.
+        steps = (super().train_step, super().test_step, super().predict_step)
+        if jit_compile:
+            steps = [tf.function(step, jit_compile=True) for step in steps]
+        self._network_train, self._network_test, self._network_predict = steps
+
     def train_step(self, data):
         if self.augment is not None:
             data = self._augment_batch(*data)
-        return self._network_step(data)
+        return self._network_train(data)
+
+    def test_step(self, data):
+        return self._network_test(data)
+
+    def predict_step(self, data):
+        return self._network_predict(data)
 
     def get_config(self):
         return {**super().get_config(),

@@ -180,20 +180,28 @@ class ReversibleStage(layers.Layer):
     def reversible(self, x1, x2, training):
         """The stage's units on halves `x1`, `x2`, with the reversible gradient."""
         residuals = self.residuals
+        # The trainable weights enter as inputs, read here: the gradient
+        # returns theirs as it returns any input's, and the reads (casts,
+        # under a mixed policy) carry it on to the variables. Nothing inside
+        # reads a trainable variable, so tf.custom_gradient asks for no
+        # `variables=` gradients (it raises a TypeError if something does).
+        weights = [(_values(f.trainable_variables), _values(g.trainable_variables))
+                   for f, g in residuals]
 
         @tf.custom_gradient
-        def stage(x1, x2):
+        def stage(x1, x2, *flat_weights):
+            units = list(zip(residuals, tf.nest.pack_sequence_as(weights, flat_weights)))
             # Nothing here for an outer tape to record (and keep): the
             # gradient comes from `gradient` alone.
             x1, x2 = tf.stop_gradient(x1), tf.stop_gradient(x2)
-            for f, g in residuals:
-                x1 = x1 + _forward(f, x2, training)
-                x2 = x2 + _forward(g, x1, training)
+            for (f, g), (f_weights, g_weights) in units:
+                x1 = x1 + _forward(f, f_weights, x2, training)
+                x2 = x2 + _forward(g, g_weights, x1, training)
             y1, y2 = x1, x2
 
-            def gradient(dy1, dy2, variables=None):
-                b1, b2, found = y1, y2, {}
-                for f, g in reversed(residuals):
+            def gradient(dy1, dy2):
+                b1, b2, found = y1, y2, []
+                for (f, g), (f_weights, g_weights) in reversed(units):
                     # Rebuilding a unit's input needs only the outputs, so a
                     # graph executor (and XLA) would run the whole chain of
                     # reconstructions at once, ahead of the gradients, and
@@ -202,27 +210,34 @@ class ReversibleStage(layers.Layer):
                     # dependency, once).
                     zero = _zero_after(dy1)
                     b1, b2 = b1 + ops.cast(zero, b1.dtype), b2 + ops.cast(zero, b2.dtype)
-                    # y2 = x2 + G(y1): through G to y1, and G's weights.
-                    g_out, from_g = _backward(g, b1, dy2, training, found)
+                    # The unit's input, rebuilt by `inverse`'s own code; the
+                    # tape keeps one unit's F and G for their gradients.
+                    with tf.GradientTape(persistent=True) as tape:
+                        tape.watch([b1, *f_weights, *g_weights])
+                        x1, x2 = _inverse_unit(f, g, f_weights, g_weights, b1, b2, training)
+                    # x2 = y2 - G(y1) and x1 = y1 - F(x2), so backpropagating
+                    # -dy2 from x2 is backpropagating dy2 through G (to y1
+                    # and G's weights), and -dz1 from x1 is dz1 through F.
+                    from_g, *g_grads = tape.gradient(x2, [b1, *g_weights], output_gradients=-dy2)
                     dz1 = dy1 + from_g
-                    x2 = b2 - g_out
-                    # y1 = x1 + F(x2): through F to x2, and F's weights.
-                    f_out, from_f = _backward(f, x2, dz1, training, found)
-                    b1, b2 = b1 - f_out, x2
+                    from_f, *f_grads = tape.gradient(x1, [x2, *f_weights], output_gradients=-dz1)
+                    found.append((f_grads, g_grads))
+                    b1, b2 = x1, x2
                     dy1, dy2 = dz1, dy2 + from_f
-                # Variables arrive as TensorFlow's own, in no set order.
-                return (dy1, dy2), [found.get(v.ref()) for v in variables or []]
+                # One gradient per input: the halves', then the weights'.
+                return (dy1, dy2, *tf.nest.flatten(found[::-1]))
 
             return (y1, y2), gradient
 
-        return stage(x1, x2)
+        return stage(x1, x2, *tf.nest.flatten(weights))
 
     def inverse(self, y, training=False):
-        """The stage's input, rebuilt from its output `y` (what the backward pass does)."""
+        """The stage's input, rebuilt from its output `y` unit by unit, with
+        the code the reversible backward pass runs."""
         y1, y2 = _split(y)
         for f, g in reversed(self.residuals):
-            y2 = y2 - g.stateless_call(*_values(g), y1, training=training)[0]
-            y1 = y1 - f.stateless_call(*_values(f), y2, training=training)[0]
+            y1, y2 = _inverse_unit(f, g, _values(f.trainable_variables),
+                                   _values(g.trainable_variables), y1, y2, training)
         return ops.concatenate([y1, y2], axis=-1)
 
     def compute_output_shape(self, input_shape):
@@ -238,41 +253,33 @@ def _unit(f, g, x1, x2, training=None):
     return y1, x2 + g(y1, training=training)
 
 
-def _forward(function, x, training):
-    """`function(x)` with nothing for a tape to record: stateless, on values
-    cut from the graph of gradients, its state updates assigned after."""
-    trainable, others = _values(function)
-    out, updated = function.stateless_call([tf.stop_gradient(v) for v in trainable], others,
+def _forward(function, weights, x, training):
+    """`function(x)` on trainable `weights`, with nothing for a tape to
+    record: stateless, on values cut from the graph of gradients, its state
+    updates assigned after."""
+    out, updated = function.stateless_call([tf.stop_gradient(w) for w in weights],
+                                           _values(function.non_trainable_variables),
                                            x, training=training)
     for variable, value in zip(function.non_trainable_variables, updated):
         variable.assign(value)
     return out
 
 
-def _values(function):
-    """The current values of `function`'s trainable and other variables."""
-    return ([tf.convert_to_tensor(v.value) for v in function.trainable_variables],
-            [tf.convert_to_tensor(v.value) for v in function.non_trainable_variables])
+def _inverse_unit(f, g, f_weights, g_weights, y1, y2, training):
+    """One reversible unit backwards: its input `(x1, x2)` from its output,
+    x2 = y2 - G(y1), x1 = y1 - F(x2), with F and G on the given trainable
+    weights. Stateless: batch norm's moving statistics, updated by the
+    forward pass, are not updated a second time."""
+    x2 = y2 - g.stateless_call(g_weights, _values(g.non_trainable_variables), y1,
+                               training=training)[0]
+    x1 = y1 - f.stateless_call(f_weights, _values(f.non_trainable_variables), x2,
+                               training=training)[0]
+    return x1, x2
 
 
-def _backward(function, x, dy, training, found):
-    """Runs `function(x)` again and backpropagates `dy` through it.
-
-    The call is stateless: batch norm's moving statistics, updated by the
-    forward pass, are not updated a second time. Adds each trainable
-    variable's gradient to `found`, keyed by its TensorFlow variable.
-
-    Returns:
-        `(function(x), the gradient for x)`.
-    """
-    trainable, others = _values(function)
-    with tf.GradientTape() as tape:
-        tape.watch([x, *trainable])
-        out, _ = function.stateless_call(trainable, others, x, training=training)
-    grads = tape.gradient(out, [x, *trainable], output_gradients=dy)
-    for variable, grad in zip(function.trainable_variables, grads[1:]):
-        found[variable.value.ref()] = grad
-    return out, grads[0]
+def _values(variables):
+    """The current values of `variables`, as tensors."""
+    return [tf.convert_to_tensor(v.value) for v in variables]
 
 
 def _zero_after(tensor):

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import recipes
+from callbacks import execution_mode
 from models import AugmentedModel
 from recipes import UserError, _augment, _config, _data
 from recipes.tools import augment_bench as _augment_bench
@@ -211,6 +212,54 @@ def test_on_the_device_under_xla_the_step_is_compiled_and_augmentation_is_not():
     assert "ImageProjectiveTransformV3" in everything  # RandAugment's shears and shifts
     assert "MatMul" in op_types(compiled[0])  # the model step is in the compiled function
     assert "ImageProjectiveTransformV3" not in op_types(compiled[0])  # RandAugment is not
+
+
+def jit_compiled_op_types(step, input_spec):
+    """The op types in each jit-compiled function that `step` calls, traced
+    as fit, evaluate and predict trace it: into a plain tf.function."""
+    graph = tf.function(step).get_concrete_function(input_spec).graph.as_graph_def()
+    functions = {f.signature.name: list(f.node_def) for f in graph.library.function}
+
+    def op_types(nodes, seen=()):
+        types = set()
+        for node in nodes:
+            types.add(node.op)
+            for value in node.attr.values():  # called functions, and If/Case branches
+                for called in [value.func.name, *(f.name for f in value.list.func)]:
+                    if called in functions and called not in seen:
+                        types |= op_types(functions[called], (*seen, called))
+        return types
+
+    return [op_types(functions[node.attr["f"].func.name])
+            for nodes in [graph.node, *functions.values()] for node in nodes
+            if node.attr["_XlaMustCompile"].b]
+
+
+@pytest.mark.parametrize("jit_compile, mode, compiled_calls", [(True, "xla", 1),
+                                                              (False, "graph", 0)])
+def test_evaluate_and_predict_run_in_the_mode_recorded_for_fit(jit_compile, mode,
+                                                               compiled_calls):
+    """Neither augments, so under XLA each keeps a jit-compiled network step,
+    as fit does, and `execution_mode` (metrics.json's mode_used) holds for all
+    three."""
+    data = load("[flip,randaugment]", augment_on="device")
+    network = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),
+                                keras.layers.Dense(10, activation="softmax")])
+    model = AugmentedModel(network, data.augment)
+    model.compile("sgd", "categorical_crossentropy", jit_compile=jit_compile)
+    assert execution_mode(model) == mode
+    for step in (model.train_step, model.test_step, model.predict_step):
+        compiled = jit_compiled_op_types(step, data.test.element_spec)
+        assert len(compiled) == compiled_calls, step.__name__
+        assert all("MatMul" in types for types in compiled), step.__name__
+
+    # And they run: the network's predictions, and the loss computed from them.
+    images, labels = batch()
+    labels = labels.numpy()
+    predicted = model.predict(images, verbose=0)
+    np.testing.assert_allclose(predicted, network(images), rtol=1e-5, atol=1e-6)
+    loss = model.evaluate(images, labels, verbose=0)
+    assert loss == pytest.approx(np.mean(-np.sum(labels * np.log(predicted), axis=-1)), rel=1e-4)
 
 
 @pytest.mark.slow
