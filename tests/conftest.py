@@ -64,3 +64,23 @@ def float32_policy():
     yield
     if "keras" in sys.modules:
         sys.modules["keras"].mixed_precision.set_global_policy("float32")
+
+
+def fit_as_run(experiment, *more_callbacks):
+    """`model.fit` as a recipe's `run` calls it (run directory, Timing, the
+    standard callbacks), with `more_callbacks` after them.
+
+    Returns:
+        The Timing callback and fit's History.
+    """
+    from callbacks import Timing
+    from recipes import _experiment
+
+    config, model, data = experiment.config, experiment.model, experiment.data
+    run_dir = experiment.open_run_dir()
+    timing = Timing(batch_size=data.batch_size)
+    callbacks = [timing, *_experiment.standard_callbacks(config, run_dir, data), *more_callbacks]
+    history = model.fit(timing.instrument(data.train), validation_data=data.validation,
+                        epochs=config["train"]["epochs"], steps_per_epoch=data.steps_per_epoch,
+                        callbacks=callbacks, verbose=0)
+    return timing, history

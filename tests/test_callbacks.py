@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import callbacks.timing as timing_module
 from callbacks import ExecutionModeCheck, Timing, execution_mode
 from models import AugmentedModel
 
@@ -49,9 +50,10 @@ def test_callbacks_reject_bad_arguments():
         Timing(batch_size=0)
 
 
-def train_with_timing(dataset, steps=12):
-    model = tiny_model()
-    model.compile(optimizer="sgd", loss="mse")
+def train_with_timing(dataset, steps=12, model=None):
+    if model is None:
+        model = tiny_model()
+        model.compile(optimizer="sgd", loss="mse")
     timing = Timing(batch_size=4)
     model.fit(timing.instrument(dataset), epochs=2, steps_per_epoch=steps,
               callbacks=[timing], verbose=0)
@@ -75,10 +77,58 @@ def test_timing_sees_a_slow_input_pipeline():
 
 
 def test_timing_summary_is_consistent():
-    summary = train_with_timing(batches())
-    assert summary["first_step_s"] > summary["step_ms_median"] / 1000
-    assert summary["trace_s"] > 0
+    model = tiny_model()
+    model.compile(optimizer="sgd", loss="mse")
+    summary = train_with_timing(batches(), model=model)
     assert len(summary["epoch_s"]) == 2
     # Two epochs of 12 steps, less the first (tracing) step.
     assert summary["images_per_s"] == pytest.approx(
         4 / (summary["step_ms_median"] / 1000), rel=0.5)
+    # trace_s is what tracing costs: the same model trained again calls the
+    # train function it traced before, so its first step is a steady one.
+    again = train_with_timing(batches(), model=model)
+    assert summary["trace_s"] > 5 * summary["step_ms_median"] / 1000
+    assert again["trace_s"] < 0.2 * summary["trace_s"]
+
+
+class Clock:
+    """Stands in for the `time` module in callbacks.timing: `perf_counter`
+    returns the given readings in turn."""
+
+    def __init__(self, *readings):
+        self.readings = list(readings)
+
+    def perf_counter(self):
+        return self.readings.pop(0)
+
+    def time(self):
+        return 0.0
+
+
+def test_timing_splits_a_call_of_several_steps_into_steps(monkeypatch):
+    """steps_per_execution=2: each call of the train function runs two
+    steps, and Keras calls the batch hooks once per call, with its first
+    and last step."""
+    model = tiny_model()
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=2)
+    # Epoch begins at 0 s; calls at 1-1.5 s (traces), 2-2.2 s and 3-3.3 s; epoch ends at 4 s.
+    monkeypatch.setattr(timing_module, "time", Clock(0.0, 1.0, 1.5, 2.0, 2.2, 3.0, 3.3, 4.0))
+    timing = Timing(batch_size=4)
+    timing.set_model(model)
+    logs = {}
+    timing.on_epoch_begin(0)
+    for first, last in [(0, 1), (2, 3), (4, 5)]:
+        timing.on_train_batch_begin(first)
+        timing.on_train_batch_end(last, {"loss": 1.0})
+    timing.on_epoch_end(0, logs)
+
+    assert timing.step_s == pytest.approx([0.1, 0.1, 0.15, 0.15])
+    summary = timing.summary()
+    assert summary["first_step_s"] == pytest.approx(0.5)
+    assert summary["trace_s"] == pytest.approx(0.5 - 0.125)  # beyond a median step
+    assert summary["step_ms_median"] == pytest.approx(125)
+    assert summary["images_per_s"] == pytest.approx(4 * 4 / 0.5)  # 4 steps of 4 in 0.5 s
+    assert summary["input_wait_fraction"] is None  # a call takes two batches at once
+    assert summary["epoch_s"] == pytest.approx([4.0])
+    assert logs == pytest.approx({"time_epoch_s": 4.0, "time_step_ms": 125,
+                                  "time_images_per_s": 32.0})

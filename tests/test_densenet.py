@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT
 
 from models import flip_averaged
-from models.densenet import VARIANTS, densenet, densenet_variant
+from models.densenet import VARIANTS, DenseBlock, TransitionBlock, densenet, densenet_variant
 
 # Parameters for 10 classes, in millions (arXiv 1608.06993, Table 2).
 PAPER_PARAMS_M = {
@@ -43,11 +43,23 @@ def tiny(api, **overrides):
     return densenet(**{**args, **overrides})
 
 
-def layers_with_weights(model):
-    """Layers that own weights, by name, also inside the custom blocks."""
-    return {layer.name: layer
-            for layer in model._flatten_layers(include_self=False, recursive=True)
-            if not layer._layers and layer.weights}
+def weights_by_layer(model):
+    """Every weight, keyed `layer/weight` by the last two parts of its path
+    (`block1/block1_layer1_3x3_conv/kernel` inside a custom block)."""
+    weights = {"/".join(w.path.split("/")[-2:]): w for w in model.weights}
+    assert len(weights) == len(model.weights)  # every layer's name is its own
+    return weights
+
+
+def layers_of(model):
+    """Every layer, also inside the custom blocks (their own stacks of layers)."""
+    for layer in model.layers:
+        if isinstance(layer, DenseBlock):
+            yield from (inner for stack in layer.composites for inner in stack)
+        elif isinstance(layer, TransitionBlock):
+            yield from layer.stack
+        else:
+            yield layer
 
 
 @pytest.mark.parametrize("settings", [
@@ -57,17 +69,16 @@ def layers_with_weights(model):
 def test_sequential_equals_functional_given_the_same_weights(settings):
     functional, sequential = tiny("functional", **settings), tiny("sequential", **settings)
     assert functional.count_params() == sequential.count_params()
-    sources, targets = layers_with_weights(functional), layers_with_weights(sequential)
+    sources, targets = weights_by_layer(functional), weights_by_layer(sequential)
     assert sorted(sources) == sorted(targets)  # the same layers, named alike
     rng = np.random.default_rng(0)
     for name, source in sources.items():
-        target = targets[name]
-        assert type(source) is type(target)
-        weights = [rng.normal(size=w.shape).astype("float32") for w in source.get_weights()]
-        if isinstance(source, keras.layers.BatchNormalization):
-            weights[-1] = np.abs(weights[-1]) + 0.5  # a valid moving variance
-        source.set_weights(weights)
-        target.set_weights(weights)
+        assert source.shape == targets[name].shape, name
+        value = rng.normal(size=source.shape).astype("float32")
+        if name.endswith("/moving_variance"):
+            value = np.abs(value) + 0.5  # a valid variance
+        source.assign(value)
+        targets[name].assign(value)
     images = rng.uniform(size=(3, 16, 16, 3)).astype("float32")
     np.testing.assert_allclose(functional(images, training=False),
                                sequential(images, training=False), rtol=1e-4, atol=1e-6)
@@ -100,9 +111,12 @@ def test_densenet_cpu_has_the_layout_and_parameters_counted_by_hand():
 def test_batch_norm_momentum_reaches_every_batch_norm():
     for api in ("functional", "sequential"):
         model = tiny(api, batch_norm_momentum=0.9, stem_pool=True)
-        momenta = {layer.momentum for layer in layers_with_weights(model).values()
-                   if isinstance(layer, keras.layers.BatchNormalization)}
-        assert momenta == {0.9}, api
+        norms = [layer for layer in layers_of(model)
+                 if isinstance(layer, keras.layers.BatchNormalization)]
+        # The stem's, 2 in each bottleneck layer (2 per block at depth 16), the
+        # 2 transitions' and the final one.
+        assert len(norms) == 1 + 3 * 2 * 2 + 2 + 1, api
+        assert {layer.momentum for layer in norms} == {0.9}, api
 
 
 def test_a_growth_rate_per_block_must_name_three():

@@ -7,8 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -101,18 +99,38 @@ def test_multi_worker_without_tf_config_is_a_one_line_error():
     assert ours[0].startswith("error: execution.strategy=multi_worker needs TF_CONFIG")
 
 
-def worker_pids(run_dir, index):
-    """Processes of this machine that run worker `index` of `run_dir` (Linux)."""
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            text = environ.read_bytes().decode(errors="replace")
-            command = (environ.parent / "cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if f"run.dir={run_dir}" in command and f'"index": {index}}}' in text:
-            found.append(int(environ.parent.name))
-    return found
+# A worker of a multi-worker mnist_mlp run, as `python -m recipes run` trains
+# it, with one more callback where argv[2] names a step [epoch, batch]
+# (0-based): there the worker SIGKILLs itself, as a crash or `kill -9` would.
+WORKER = """
+import json, os, signal, sys
+import keras
+import recipes
+from callbacks import Timing
+from recipes import _config, _experiment
+
+overrides, kill_at = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+
+
+class KillAt(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if [self.epoch, batch] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+config = _config.resolve("mnist_mlp", overrides=overrides, announce=print)
+experiment = recipes.load("mnist_mlp").build(config)
+run_dir, data = experiment.open_run_dir(), experiment.data
+timing = Timing(batch_size=data.batch_size)
+callbacks = [timing, *_experiment.standard_callbacks(config, run_dir, data),
+             *([KillAt()] if kill_at else [])]
+experiment.model.fit(timing.instrument(data.train), validation_data=data.validation,
+                     epochs=config["train"]["epochs"], steps_per_epoch=data.steps_per_epoch,
+                     callbacks=callbacks, verbose=2)
+"""
 
 
 @pytest.mark.slow
@@ -121,24 +139,30 @@ def test_two_workers_train_one_model_resume_after_a_kill_and_only_the_chief_writ
     run_dir = tmp_path / "run"
     args = ["mnist_mlp", *TINY, "train.epochs=3", "train.steps_per_epoch=150",
             "data.synthetic_examples=512", "model.hidden_units=[16]", "run.verbose=2", f"run.dir={run_dir}"]
-    launcher = subprocess.Popen([sys.executable, "-m", "recipes", "multiworker", args[0],
-                                 "workers=2", *args[1:]], cwd=ROOT, text=True, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
+    # Worker 1 dies at step 21 of epoch 2: after both workers backed up
+    # epoch 1, before either finishes epoch 2 (every step waits for both).
+    (run_dir / "workers").mkdir(parents=True)
+    cluster = [f"localhost:{port}" for port in _multiworker.free_ports(2)]
+    overrides = json.dumps([*args[1:], "execution.strategy=multi_worker"])
+    with (run_dir / "workers" / "worker-1.log").open("a") as log:
+        workers = [subprocess.Popen(
+            [sys.executable, "-c", WORKER, overrides, json.dumps(kill_at)], cwd=ROOT,
+            stdout=log if index else subprocess.DEVNULL, stderr=subprocess.STDOUT,
+            env={**os.environ, "TF_CONFIG": _multiworker.tf_config(cluster, index)})
+            for index, kill_at in enumerate([None, [1, 20]])]
+        try:
+            assert workers[1].wait(timeout=240) == -signal.SIGKILL
+        finally:
+            for worker in workers:  # the chief waits for its lost peer: stop it as the launcher would
+                worker.kill()
+                worker.wait()
     history = run_dir / "history.csv"
-    deadline = time.monotonic() + 180
-    while not (history.exists() and len(history.read_text().splitlines()) == 2):
-        assert launcher.poll() is None and time.monotonic() < deadline, launcher.stderr.read()
-        time.sleep(0.2)
-    # Into the next epoch: Keras writes the backup in place, and a kill while
-    # it writes leaves a file that cannot be read (README, "Distributed training").
-    time.sleep(1.5)
-    assert (run_dir / "workers" / "worker-1" / "backup").is_dir()  # its own, not the chief's
-    for pid in worker_pids(run_dir, 1):
-        os.kill(pid, signal.SIGKILL)
-    assert launcher.wait(timeout=120) == 2
-    assert "error: worker 1 failed" in launcher.stderr.read()
+    assert [line.split(",")[0] for line in history.read_text().splitlines()[1:]] == ["0"]
+    # Worker 1's own backup, not the chief's, holds the one finished epoch.
+    backup = run_dir / "workers" / "worker-1" / "backup"
+    assert json.loads((backup / "training_metadata.json").read_text())["epoch"] == 1
 
-    _multiworker.launch(args[0], 2, overrides=args[1:])  # the same command again
+    _multiworker.launch(args[0], 2, overrides=args[1:])  # the command that resumes
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert (metrics["strategy"], metrics["replicas"], metrics["epochs_completed"]) == (
         "multi_worker", 2, 3)
@@ -155,14 +179,25 @@ def test_two_workers_train_one_model_resume_after_a_kill_and_only_the_chief_writ
 
 
 @pytest.mark.slow
+def test_the_launcher_stops_the_other_workers_when_one_fails():
+    """The launcher's wait: the first worker to fail is reported with its
+    exit status, and the others are interrupted rather than left waiting."""
+    waiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                               stderr=subprocess.DEVNULL)
+    failing = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert _multiworker._wait([waiting, failing]) == (1, 3)
+    assert waiting.poll() is not None
+
+
+@pytest.mark.slow
 def test_a_worker_without_peers_fails_within_its_timeout(tmp_path):
     lonely = _multiworker.tf_config([f"localhost:{port}" for port in _multiworker.free_ports(2)], 0)
-    started = time.monotonic()
     result = cli("run", "mnist_mlp", *TINY, "execution.strategy=multi_worker",
                  "execution.timeout_s=10", f"run.dir={tmp_path}", env={"TF_CONFIG": lonely})
-    assert time.monotonic() - started < 120
     assert result.returncode != 0, result.stderr[-2000:]
-    assert "error: worker 0 could not reach its peers" in result.stderr and "Traceback" not in result.stderr
+    # The watchdog that ended the wait was set to the run's timeout, not the default 120 s.
+    assert ("error: worker 0 could not reach its peers within execution.timeout_s=10 s"
+            in result.stderr) and "Traceback" not in result.stderr
 
 
 PLAIN_STRATEGY_WORKER = """

@@ -1,6 +1,7 @@
 """execution.onednn reaches TensorFlow before it starts, or is refused."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -19,12 +20,23 @@ def test_a_setting_tensorflow_started_without_is_refused(tiny_config, monkeypatc
 
 def test_the_setting_tensorflow_started_with_is_accepted(tiny_config, monkeypatch):
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
-    _environment.request_onednn(tiny_config("mnist_mlp", "execution.onednn=false"))
+    off = tiny_config("mnist_mlp", "execution.onednn=false")
+    _environment.request_onednn(off)  # accepted: raises nothing
+    assert os.environ["TF_ENABLE_ONEDNN_OPTS"] == "0"
+    assert _environment.device_info()["TF_ENABLE_ONEDNN_OPTS"] == "0"  # what metrics.json records
+    # null leaves TensorFlow's own choice, whatever it started with.
+    _environment.request_onednn(tiny_config("mnist_mlp", "execution.onednn=null"))
+    assert os.environ["TF_ENABLE_ONEDNN_OPTS"] == "0"
+    # The same request, against TensorFlow started the other way, is refused.
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")
+    with pytest.raises(UserError, match="execution.onednn=false takes effect only before"):
+        _environment.request_onednn(off)
+    assert os.environ["TF_ENABLE_ONEDNN_OPTS"] == "1"
 
 
 @pytest.mark.slow
 def test_the_command_line_sets_it_before_tensorflow_starts(tmp_path):
-    environment = {k: v for k, v in __import__("os").environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    environment = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
     result = subprocess.run(
         [sys.executable, "-m", "recipes", "run", "mnist_mlp",
          *[item for item in TINY if not item.startswith("execution.onednn")],

@@ -12,15 +12,19 @@ from models import PythonLoopLSTM, row_lstm
 from recipes import graph_lessons
 
 
+# Traces per case: README, "tf.function lessons", lesson 1.
+RETRACING = {
+    "python ints 2, 3, 2": 2,
+    "tensors 2, 3": 1,
+    "tensors int32 2, float32 2.0": 2,
+    "shapes [1], [2], [3], [4]": 4,
+    "shapes [1]..[4], reduce_retracing": 2,
+    "shapes [1]..[4], input_signature [None]": 1,
+}
+
+
 def test_retracing_counts():
-    assert graph_lessons.retracing() == {
-        "python ints 2, 3, 2": 2,
-        "tensors 2, 3": 1,
-        "tensors int32 2, float32 2.0": 2,
-        "shapes [1], [2], [3], [4]": 4,
-        "shapes [1]..[4], reduce_retracing": 2,
-        "shapes [1]..[4], input_signature [None]": 1,
-    }
+    assert graph_lessons.retracing() == RETRACING
 
 
 def test_print_runs_while_tracing_and_tf_print_on_every_call(tmp_path):
@@ -73,7 +77,7 @@ def test_the_python_loop_lstm_computes_keras_lstm(tmp_path):
 def test_the_recipe_writes_its_lessons_and_trains(tiny_config, tmp_path, capsys):
     metrics = recipes.load("graph_lessons").run(tiny_config("graph_lessons"))
     lessons = json.loads((tmp_path / "run" / "lessons.json").read_text())
-    assert lessons["retracing"] == graph_lessons.retracing()
+    assert lessons["retracing"] == RETRACING
     assert lessons["printing"]["tf.print lines"] == 3
     assert (tmp_path / "run" / "tf_print.log").read_text().count("double ran") == 3
     printed = capsys.readouterr().out

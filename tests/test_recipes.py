@@ -11,7 +11,10 @@ import tensorflow_datasets as tfds
 
 import recipes
 from callbacks.timing import EPOCH_KEYS
+from conftest import fit_as_run
 from models import network_of
+from recipes import _data
+from recipes._experiment import Experiment
 
 MODES = ["eager", "graph", "xla"]
 MODULES = sorted({recipes.module_of(name) for name in recipes.names()})
@@ -19,10 +22,21 @@ TIMING_KEYS = {"trace_s", "step_ms_median", "images_per_s", "input_wait_fraction
 pytestmark = pytest.mark.slow  # every test here trains
 
 
-def test_every_recipe_module_has_build_and_run():
-    for module in MODULES:
-        recipe = recipes.load(module)
-        assert callable(recipe.build) and callable(recipe.run), module
+@pytest.mark.parametrize("name", MODULES)
+def test_build_says_what_run_trains_and_trains_nothing(name, tiny_config, tmp_path):
+    """`build(config)`: an Experiment with the compiled, untrained model for
+    the data, that writes nothing until its run directory is opened."""
+    experiment = recipes.load(name).build(tiny_config(name, "train.epochs=3"))
+    assert isinstance(experiment, Experiment)
+    model, data = experiment.model, experiment.data
+    assert model.compiled and int(model.optimizer.iterations) == 0
+    network = network_of(model)
+    assert tuple(network.input_shape[1:]) == data.input_shape
+    assert network.output_shape[-1] == data.num_classes
+    assert data.steps_per_epoch == 2
+    assert experiment.run_dir is None and not (tmp_path / "run").exists()
+    assert experiment.open_run_dir() == experiment.run_dir == tmp_path / "run"
+    assert sorted(path.name for path in experiment.run_dir.iterdir()) == ["config.yaml"]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -49,10 +63,18 @@ def test_recipe_trains_in_each_mode(name, mode, tiny_config, tmp_path):
 def test_recipe_loads_tensorflow_datasets(name, tiny_config):
     """The real tfds loading code, fed by tensorflow-datasets' mock data; for
     a YAML recipe, also its settings on its module's code."""
+    config = tiny_config(name, "data.source=tfds")
     with tfds.testing.mock_data(num_examples=40):
-        metrics = recipes.load(name).run(tiny_config(name, "data.source=tfds"))
-    assert metrics["recipe"] == name
-    assert metrics["epochs_completed"] == 1
+        experiment = recipes.load(name).build(config)
+        fit_as_run(experiment)
+        experiment.model.evaluate(experiment.data.test, verbose=0)
+    # tfds' 40 mock examples (mock data ignores split slices), not 64 synthetic ones.
+    assert experiment.data.train_examples == 40
+    # The recipe's own dataset: its YAML's data.name, on its module's model.
+    shape, classes = _data.DATASETS[config["data"]["name"]]
+    network = network_of(experiment.model)
+    assert (tuple(network.input_shape[1:]), network.output_shape[-1]) == (shape, classes)
+    assert len(history.history["loss"]) == 1 and math.isfinite(history.history["loss"][0])
 
 
 def test_a_recipe_learns_learnable_synthetic_data(tiny_config):
@@ -99,9 +121,12 @@ def test_metrics_json_contract(tiny_config, tmp_path):
     timing = metrics["timing"]
     assert TIMING_KEYS <= set(timing)
     assert timing["step_ms_p10"] <= timing["step_ms_median"] <= timing["step_ms_p90"]
-    # 7 steady steps (8 less the tracing one) of 16 images, in less time
-    # than the two epochs took.
-    assert timing["images_per_s"] > 16 * 7 / sum(timing["epoch_s"])
+    # The run's images/s against each epoch's in history.csv: 3 steady steps
+    # of 16 images in the first epoch (4 less the tracing one), 4 in the second.
+    with (tmp_path / "run" / "history.csv").open() as file:
+        per_epoch = [float(row["time_images_per_s"]) for row in csv.DictReader(file)]
+    seconds = [16 * 3 / per_epoch[0], 16 * 4 / per_epoch[1]]
+    assert timing["images_per_s"] == pytest.approx(16 * 7 / sum(seconds), rel=1e-6)
     assert len(timing["epoch_s"]) == 2
     assert set(metrics["versions"]) == {"tensorflow", "keras", "keras-cv"}
     assert metrics["versions"]["tensorflow"].startswith("2.21")
@@ -129,14 +154,31 @@ def test_the_documented_xla_bfloat16_densenet_command_trains(tiny_config):
     assert math.isfinite(metrics["final"]["loss"])
 
 
+class CallCount(keras.callbacks.Callback):
+    """Counts the calls of the train function: Keras calls the batch hooks once per call."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.calls += 1
+
+
 def test_mixed_precision_and_steps_per_execution(tiny_config):
     config = tiny_config("mnist_mlp", "execution.precision=mixed_bfloat16",
                          "execution.steps_per_execution=2", "train.steps_per_epoch=4")
-    metrics = recipes.load("mnist_mlp").run(config)
-    assert metrics["precision"] == "mixed_bfloat16"
-    assert metrics["timing"]["step_ms_median"] > 0
+    experiment = recipes.load("mnist_mlp").build(config)
+    counter = CallCount()
+    timing, _ = fit_as_run(experiment, counter)
+    assert "bfloat16" in {layer.compute_dtype for layer in experiment.model.layers if layer.weights}
+    assert int(experiment.model.optimizer.iterations) == 4 and counter.calls == 2
+    # The first call (two steps) traces; the second call's time is split
+    # over its two steps, which the timing counts as two steady steps
+    # (callbacks/timing.py's own arithmetic: tests/test_callbacks.py).
+    assert len(timing.step_s) == 2 and timing.step_s[0] == timing.step_s[1]
     # One call of the train function runs two steps: input wait is not measurable.
-    assert metrics["timing"]["input_wait_fraction"] is None
+    assert timing.summary()["input_wait_fraction"] is None
 
 
 def test_cifar10_cnn_decays_its_rate_as_keras_2_did(tiny_config):

@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 import recipes
-from conftest import ROOT, TINY
-from callbacks import Timing
-from recipes import UserError, _config, _experiment, _rundir
+from conftest import ROOT, TINY, fit_as_run
+from recipes import UserError, _config, _rundir
 
 
 class StopAfterFirstEpoch(keras.callbacks.Callback):
@@ -34,14 +33,9 @@ class RecordStartingState(keras.callbacks.Callback):
 def fit_with(recipe, config, callback):
     """`run`, with one more callback after the standard ones."""
     experiment = recipe.build(config)
-    model, data = experiment.model, experiment.data
-    run_dir = experiment.open_run_dir()
-    timing = Timing(batch_size=data.batch_size)
-    model.fit(timing.instrument(data.train), validation_data=data.validation,
-              epochs=config["train"]["epochs"], steps_per_epoch=data.steps_per_epoch,
-              callbacks=[timing, *_experiment.standard_callbacks(config, run_dir, data), callback],
-              verbose=0)
-    return experiment.finish(model.evaluate(data.test, return_dict=True, verbose=0), timing)
+    timing, _ = fit_as_run(experiment, callback)
+    test_metrics = experiment.model.evaluate(experiment.data.test, return_dict=True, verbose=0)
+    return experiment.finish(test_metrics, timing)
 
 
 @pytest.mark.slow

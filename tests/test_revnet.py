@@ -199,7 +199,23 @@ def test_the_recipe_trains_and_its_checkpoint_loads(backprop, tiny_config, tmp_p
     model = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "last.keras")
     stages = [layer for layer in model.layers if isinstance(layer, ReversibleStage)]
     assert [stage.settings["backprop"] for stage in stages] == [backprop] * 3
-    assert metrics["trainable_params"] == sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+    assert metrics["trainable_params"] == TINY_REVNET_PARAMS
+
+
+def residual_params(channels_in, filters):
+    """F or G, counted by hand: BN (gamma, beta) and a 3x3 convolution
+    without bias, twice."""
+    return 2 * channels_in + 9 * channels_in * filters + 2 * filters + 9 * filters * filters
+
+
+# conftest's tiny RevNet: stem 8 maps, stages of 2 units (an EntryUnit and one
+# reversible unit) at widths 8, 8, 16, each unit's F and G on half the width.
+TINY_REVNET_PARAMS = (
+    27 * 8 + 2 * 8                                         # stem convolution and BN
+    + 2 * 2 * 2 * residual_params(4, 4)                    # stages 1 and 2: F, G of 2 units
+    + residual_params(4, 8) + residual_params(8, 8)        # stage 3's entry: F from 4 maps, G
+    + 2 * residual_params(8, 8)                            # stage 3's reversible unit
+    + 2 * 16 + 16 * 10 + 10)                               # final BN, classifier
 
 
 @pytest.mark.slow

@@ -71,7 +71,12 @@ def test_a_profile_trace_is_written(tiny_config):
     logs = train(tiny_config, "callbacks.profile=2,3") / "tensorboard"
     traces = list((logs / "train" / "plugins" / "profile").glob("*/*.xplane.pb"))
     assert len(traces) == 1
-    # What the Profile tab's per-op table reads from it (xprof, its backend).
+    # What the Profile tab's per-op table reads from it. xprof, the tab's
+    # backend, documents no Python API for its tables: this is the converter
+    # its server calls (xprof/profile_plugin.py imports xprof.convert.
+    # raw_to_tool_data, and its own integration tests call this function),
+    # as of xprof==2.21.6, which tensorboard-plugin-profile==2.21.6 pins
+    # (requirements.txt, constraints.txt). recipes/_profile.py reads it too.
     op_stats, _ = raw_to_tool_data.xspace_to_tool_data(traces, "framework_op_stats", {})
     # Types are TensorFlow's kernels: MatMul, or _MklMatMul where oneDNN is on.
     kernels = set()
