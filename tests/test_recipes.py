@@ -66,7 +66,7 @@ def test_recipe_loads_tensorflow_datasets(name, tiny_config):
     config = tiny_config(name, "data.source=tfds")
     with tfds.testing.mock_data(num_examples=40):
         experiment = recipes.load(name).build(config)
-        fit_as_run(experiment)
+        _, history = fit_as_run(experiment)
         experiment.model.evaluate(experiment.data.test, verbose=0)
     # tfds' 40 mock examples (mock data ignores split slices), not 64 synthetic ones.
     assert experiment.data.train_examples == 40

@@ -44,6 +44,7 @@ def measure(job):
     config = _config.resolve(job["name"], job["config_files"], overrides,
                              announce=lambda line: None)
     experiment = recipes.load(job["name"]).build(config)
+    experiment.open_run_dir()  # its config.yaml says what this row measured
     model, data = experiment.model, experiment.data
     timing = Timing(batch_size=data.batch_size)
     batches = timing.instrument(data.train)

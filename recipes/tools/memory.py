@@ -124,6 +124,7 @@ def _measure(job):
         "callbacks.tensorboard=false", "callbacks.checkpoint=false",
         f"train.steps_per_epoch={WARMUP_STEPS + job['steps']}"], announce=lambda line: None)
     experiment = recipes.load(job["name"]).build(config)
+    experiment.open_run_dir()  # its config.yaml says what this row measured
     device = "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
 
     class StepMemory(keras.callbacks.Callback):
