@@ -3,6 +3,7 @@
 import importlib.metadata
 import os
 import platform
+import resource
 import sys
 from pathlib import Path
 
@@ -85,6 +86,20 @@ def warn_if_bfloat16_is_emulated():
         print("warning: execution.precision=mixed_bfloat16 on a CPU without AVX512_BF16 or "
               "AMX: TensorFlow emulates bfloat16 there, slower than float32; "
               "set execution.precision=float32 for speed.", flush=True)
+
+
+def peak_rss_mb():
+    """This process's peak resident memory in MiB: Linux's VmHWM, which
+    starts afresh when the process starts. Not `ru_maxrss`, which Linux
+    carries over from the process that started this one: a worker started
+    by a large process (a test run, say) would report that one's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass  # no /proc
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _cpu():

@@ -11,7 +11,6 @@ the run's precision.
 """
 
 import json
-import resource
 import sys
 import time
 from pathlib import Path
@@ -80,7 +79,7 @@ def measure(job):
         "images_per_s": summary["images_per_s"],
         "input_wait_fraction": (None if mode in MULTI_STEP_MODES
                                 else summary["input_wait_fraction"]),
-        "peak_rss_mb": peak_rss_mb(),
+        "peak_rss_mb": _environment.peak_rss_mb(),
         "peak_gpu_mb": (tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
                         if gpus else None),
         "flops_per_step": flops_per_step,
@@ -91,20 +90,6 @@ def measure(job):
     Path(job["out"]).write_text(json.dumps({
         "row": row, "params": model.count_params(), "device": _environment.device_info(),
         "versions": _environment.versions(), "config": config}, indent=2))
-
-
-def peak_rss_mb():
-    """This process's peak resident memory in MiB: Linux's VmHWM, which
-    starts afresh when the process starts. Not `ru_maxrss`, which Linux
-    carries over from the process that started this one: a worker started
-    by a large process (a test run, say) would report that one's peak."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024  # kB
-    except OSError:
-        pass  # no /proc
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _time_loop(model, timing, batches, total, use_function):

@@ -21,7 +21,6 @@ into `runs/memory/NAME/<timestamp>/`.
 
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -158,7 +157,7 @@ def _measure(job):
         "params": network.count_params(),
         "backprop": config["model"]["backprop"],
         "peak_step_mb": max(probe.peaks) / 2**20,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": _environment.peak_rss_mb(),
         "step_ms": 1000 * statistics.median(probe.seconds),
     }
     Path(job["out"]).write_text(json.dumps({
