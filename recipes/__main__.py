@@ -113,6 +113,12 @@ if __name__ == "__main__":
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         status = 2
+    except BrokenPipeError:
+        # The reader stopped (`list | head`): not an error of ours. Python's
+        # documented recipe: point stdout at devnull so its flush at exit
+        # cannot raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 0
     except Exception as error:
         divergence = sys.modules.get("callbacks.divergence_stop")
         if divergence is not None and isinstance(error, divergence.TrainingDiverged):

@@ -178,3 +178,12 @@ def test_an_augmented_model_saves_and_loads_as_its_network(tmp_path):
     assert loaded.evaluate(images, labels, verbose=0) == pytest.approx(
         model.evaluate(images, labels, verbose=0), rel=1e-5)
     assert model.count_params() == network.count_params()
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    """`python -m recipes list | head -1`: the pipe closes before the list is written."""
+    process = subprocess.Popen([sys.executable, "-m", "recipes", "list"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.stdout.close()  # before the child, still importing, writes a line
+    assert process.wait(timeout=60) == 0
+    assert "Traceback" not in process.stderr.read()
