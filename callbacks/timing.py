@@ -26,7 +26,9 @@ class Timing(keras.callbacks.Callback):
     always-ready input on steps of a few milliseconds: read it as an upper
     bound, meaningful when steps are long against the dispatch. It is
     measured only with `steps_per_execution=1`, where each call of the train
-    function takes exactly one batch.
+    function takes exactly one batch, and only on TensorFlow: Keras' JAX
+    trainer fetches two batches ahead of the step, so the stamp does not
+    mark when the step waits.
 
     Args:
         batch_size: examples per training step, for images/s.
@@ -68,7 +70,8 @@ class Timing(keras.callbacks.Callback):
         return dataset.map(stamp)
 
     def _measures_wait(self):
-        return self._instrumented and self.model.steps_per_execution == 1
+        return (self._instrumented and self.model.steps_per_execution == 1
+                and keras.backend.backend() == "tensorflow")
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_started = time.perf_counter()
@@ -100,15 +103,17 @@ class Timing(keras.callbacks.Callback):
         epoch_train_s = sum(self._epoch_step_s)
         epoch_waited = float(self._waited.numpy()) - self._epoch_waited_from
         self._waited_steady += epoch_waited
-        if not self._epoch_step_s:
-            return  # the epoch had only the tracing step
-        stats = {
-            "time_epoch_s": self.epoch_s[-1],
-            "time_step_ms": 1000 * statistics.median(self._epoch_step_s),
-            "time_images_per_s": self.batch_size * len(self._epoch_step_s) / epoch_train_s,
-        }
-        if self._measures_wait():
-            stats["time_input_wait_fraction"] = epoch_waited / epoch_train_s
+        # Every epoch logs every key, NaN where there is nothing to measure:
+        # CSVLogger fixes history.csv's columns at the first epoch a process
+        # logs, and a resumed process appends under the first one's header.
+        stats = dict.fromkeys(EPOCH_KEYS, float("nan"))
+        stats["time_epoch_s"] = self.epoch_s[-1]
+        if self._epoch_step_s:  # else the epoch had only the tracing step
+            stats["time_step_ms"] = 1000 * statistics.median(self._epoch_step_s)
+            stats["time_images_per_s"] = (self.batch_size * len(self._epoch_step_s)
+                                          / epoch_train_s)
+            if self._measures_wait():
+                stats["time_input_wait_fraction"] = epoch_waited / epoch_train_s
         logs.update(stats)
 
     def summary(self, warmup_steps=0):
