@@ -15,11 +15,14 @@ def execution_mode(model):
 
     An `AugmentedModel` compiles its network's steps apart from the functions
     of `fit`, `evaluate` and `predict`, and says so in `step_jit_compile`.
+    On JAX a step that is not jit-compiled runs op by op: eager.
     """
     if model.run_eagerly:
         return "eager"
     compiled = model.step_jit_compile if isinstance(model, AugmentedModel) else model.jit_compile
-    return "xla" if compiled else "graph"
+    if compiled:
+        return "xla"
+    return "eager" if keras.backend.backend() == "jax" else "graph"
 
 
 class ExecutionModeCheck(keras.callbacks.Callback):

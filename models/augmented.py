@@ -1,7 +1,8 @@
 """AugmentedModel: a model whose training step augments each batch first, on the device."""
 
 import keras
-import tensorflow as tf
+
+JAX = keras.backend.backend() == "jax"
 
 
 @keras.saving.register_keras_serializable(package="models")
@@ -12,7 +13,15 @@ class AugmentedModel(keras.Model):
 
     Keras runs no user code between reading a batch and the training step,
     so this overrides `train_step`, the documented way to change what `fit`
-    does. Under XLA the augmentation stays out of the compiled cluster
+    does, whose signature is the backend's.
+
+    On JAX the step is a pure function of every variable's value, and
+    `jit_compile=True` compiles augmentation and network together: Keras
+    core's layers run there. The augmentation's layers are tracked as
+    `augment_layers`, so that their seed states are among the model's
+    non-trainable variables: the step reads them, and returns them advanced.
+
+    On TensorFlow, under XLA the augmentation stays out of the compiled cluster
     (RandAugment, MixUp and CutMix use ops XLA cannot compile), and Keras
     compiles a whole step or none of it: `compile` keeps the functions of
     `fit`, `evaluate` and `predict` plain graphs and compiles Keras' own
@@ -25,8 +34,9 @@ class AugmentedModel(keras.Model):
 
     Args:
         network: the model to train, built.
-        augment: `(images, labels) -> (images, labels)` on whole batches, or
-            None.
+        augment: `(images, labels) -> (images, labels)` on whole batches,
+            with the Keras layers it draws random numbers with as its
+            `layers` (`recipes._augment.Augmentation`), or None.
 
     Example:
 
@@ -45,6 +55,8 @@ class AugmentedModel(keras.Model):
                              "(unbuilt)")
         self.network = network
         self.augment = augment
+        if JAX and augment is not None:
+            self.augment_layers = list(augment.layers)
         self.step_jit_compile = False
         # `predict` needs no `compile`: until then the steps are Keras' own,
         # jit-compiled or not as Keras decides.
@@ -56,6 +68,10 @@ class AugmentedModel(keras.Model):
 
     def compile(self, *args, **kwargs):
         super().compile(*args, **kwargs)
+        if JAX:
+            # One jitted step, augmentation included: Keras core's layers compile.
+            self.step_jit_compile = self.jit_compile
+            return
         # Resolved by Keras: False if a layer cannot be compiled. With it on,
         # fit's function would take the augmentation into XLA: Keras' own
         # functions stay plain graphs, and call the network's steps compiled.
@@ -63,6 +79,8 @@ class AugmentedModel(keras.Model):
         self._set_network_steps(self.step_jit_compile)
         # fit traces its step with AutoGraph off, and keras-cv's layers need
         # it (Python `if`s on tensors): a tf.function of their own turns it on.
+        import tensorflow as tf
+
         self._augment_batch = (self.augment if self.run_eagerly or self.augment is None
                                else tf.function(self.augment))
 
@@ -76,20 +94,39 @@ class AugmentedModel(keras.Model):
     def _set_network_steps(self, jit_compile):
         # Keras' own steps; none of them augments, so XLA can compile each.
         steps = (super().train_step, super().test_step, super().predict_step)
-        if jit_compile:
+        if jit_compile and not JAX:
+            import tensorflow as tf
+
             steps = [tf.function(step, jit_compile=True) for step in steps]
         self._network_train, self._network_test, self._network_predict = steps
 
-    def train_step(self, data):
+    def train_step(self, *step_args):
+        # TensorFlow calls train_step(data); JAX calls train_step(state, data).
+        if JAX:
+            return self._jax_train_step(*step_args)
+        data, = step_args
         if self.augment is not None:
             data = self._augment_batch(*data)
         return self._network_train(data)
 
-    def test_step(self, data):
-        return self._network_test(data)
+    def _jax_train_step(self, state, data):
+        trainable, non_trainable, optimizer_variables, metrics_variables = state
+        if self.augment is not None:
+            # The layers read their seed states from the step's state, and
+            # write the advanced ones into the scope instead of the variables.
+            values = list(zip(self.non_trainable_variables, non_trainable))
+            with keras.StatelessScope(state_mapping=values) as scope:
+                data = self.augment(*data)
+            non_trainable = [scope.get_current_value(variable)
+                             for variable in self.non_trainable_variables]
+        state = trainable, non_trainable, optimizer_variables, metrics_variables
+        return self._network_train(state, data)
 
-    def predict_step(self, data):
-        return self._network_predict(data)
+    def test_step(self, *step_args):
+        return self._network_test(*step_args)
+
+    def predict_step(self, *step_args):
+        return self._network_predict(*step_args)
 
     def get_config(self):
         return {**super().get_config(),

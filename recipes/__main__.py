@@ -88,11 +88,16 @@ def main(argv=None):
             cli.error(f"{key}= belongs to {', '.join(owners)}")
     # The command's options are split off first: the rest is the config,
     # resolved now, before any command imports TensorFlow, so that a typo
-    # fails at once and execution.onednn can still reach TensorFlow's start.
+    # fails at once, and execution.backend and execution.onednn can still
+    # reach Keras' and TensorFlow's start.
     options, arguments["overrides"] = command.split(items)
-    _environment.request_onednn(_config.resolve(args.name, args.config_files,
-                                                arguments["overrides"],
-                                                announce=lambda line: None))
+    config = _config.resolve(args.name, args.config_files, arguments["overrides"],
+                             announce=lambda line: None)
+    if command.jax_refusal and config["execution"]["backend"] == "jax":
+        raise UserError(f"{command.name} does not take execution.backend=jax: "
+                        f"{command.jax_refusal}.")
+    _environment.request_backend(config)
+    _environment.request_onednn(config)
     command.run(**arguments, **options)
     return 0
 

@@ -30,6 +30,7 @@ import math
 
 import keras
 import tensorflow as tf
+from keras import ops
 
 from recipes import UserError
 
@@ -56,10 +57,16 @@ def pad_crop(engine, seed, padding=4):
     Our own, the same for both engines: Keras' RandomCrop shifts a whole batch
     by one offset, and keras-cv's resamples the window (some crops come out
     stretched by a pixel); the DenseNet paper shifts each image by whole pixels.
+    TensorFlow tensors (tf.data, whichever the backend, or a TensorFlow
+    training step) take TensorFlow's ops; a JAX training step takes
+    `PadCrop`, the same in `keras.ops`.
     """
     del engine  # the same code for both
+    layer = PadCrop(padding, seed=seed, dtype="float32")
 
     def apply(images, labels):
+        if not isinstance(images, tf.Tensor):
+            return layer(images, training=True), labels
         batch, height, width = tf.unstack(tf.shape(images)[:3])
         padded = tf.pad(images, [[0, 0], [padding, padding], [padding, padding], [0, 0]])
         offsets = tf.random.uniform([batch, 2], 0, 2 * padding + 1, tf.int32, seed=seed)
@@ -68,7 +75,41 @@ def pad_crop(engine, seed, padding=4):
         cropped = tf.gather(padded, rows, axis=1, batch_dims=1)
         return tf.gather(cropped, columns, axis=2, batch_dims=1), labels
 
-    return apply
+    return apply, layer
+
+
+@keras.saving.register_keras_serializable(package="recipes")
+class PadCrop(keras.layers.Layer):
+    """Zero-pads a batch by `padding` pixels and crops each image back at its
+    own random offset, by whole pixels, in `keras.ops`: any backend's step.
+
+    Args:
+        padding: pixels added on each side, and so the largest shift.
+        seed: seeds the layer's `SeedGenerator`.
+    """
+
+    def __init__(self, padding=4, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.padding, self.seed = padding, seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+
+    def call(self, images, training=True):
+        if not training:
+            return images
+        p = self.padding
+        batch, height, width = ops.shape(images)[:3]
+        padded = ops.pad(images, [[0, 0], [p, p], [p, p], [0, 0]])
+        offsets = keras.random.randint((batch, 2), 0, 2 * p + 1, seed=self.seed_generator)
+        rows = offsets[:, :1] + ops.arange(height)  # (batch, height)
+        columns = offsets[:, 1:] + ops.arange(width)
+        cropped = ops.take_along_axis(padded, rows[:, :, None, None], axis=1)
+        return ops.take_along_axis(cropped, columns[:, None, :, None], axis=2)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "padding": self.padding, "seed": self.seed}
 
 
 def shift(engine, seed, factor=0.1, fill_mode="nearest"):
@@ -106,7 +147,7 @@ def randaugment(engine, seed, magnitude=0.5, augmentations_per_image=2):
                                parallel_iterations=1)
         return one_by_one, labels
 
-    return apply
+    return apply, layer
 
 
 def random_erasing(engine, seed, scale=(0.02, 0.33)):
@@ -149,8 +190,12 @@ def cutmix(engine, seed, alpha=1.0):
     return _mixing(layer)
 
 
+# Each operation returns (apply, layer): `(images, labels) -> (images,
+# labels)` on a batch, and the Keras layer that it draws random numbers with.
+
+
 def _images_only(layer):
-    return lambda images, labels: (layer(images, training=True), labels)
+    return (lambda images, labels: (layer(images, training=True), labels)), layer
 
 
 def _mixing(layer):
@@ -158,7 +203,27 @@ def _mixing(layer):
         mixed = layer({"images": images, "labels": labels}, training=True)
         return mixed["images"], mixed["labels"]
 
-    return apply
+    return apply, layer
+
+
+class Augmentation:
+    """`data.augment`'s operations as one function on whole batches:
+    `(images, labels) -> (images, labels)`, applied in order.
+
+    Attributes:
+        layers: the Keras layers the operations draw random numbers with. A
+            model that augments in its training step tracks them, so that on
+            JAX their seed states travel with the step's state.
+    """
+
+    def __init__(self, steps):
+        self._steps = steps
+        self.layers = [layer for _, layer in steps]
+
+    def __call__(self, images, labels):
+        for apply, _ in self._steps:
+            images, labels = apply(images, labels)
+        return images, labels
 
 
 OPERATIONS = {operation.__name__: operation for operation in (
@@ -172,8 +237,8 @@ def mixes_labels(entries):
 
 
 def pipeline(entries, one_hot, seed=0, engine="keras_cv"):
-    """Returns a function `(images, labels) -> (images, labels)` applying
-    `entries` in order, or None when there are none.
+    """Returns an `Augmentation` applying `entries` in order, or None when
+    there are none.
 
     Raises:
         UserError: for an unknown operation or parameter.
@@ -193,15 +258,7 @@ def pipeline(entries, one_hot, seed=0, engine="keras_cv"):
             accepted = list(inspect.signature(OPERATIONS[name]).parameters)[2:]
             raise UserError(f"data.augment: bad parameters for '{name}' ({error}); "
                             f"it takes {', '.join(accepted) or 'none'}.") from None
-    if not steps:
-        return None
-
-    def apply(images, labels):
-        for step in steps:
-            images, labels = step(images, labels)
-        return images, labels
-
-    return apply
+    return Augmentation(steps) if steps else None
 
 
 def _parse(entry):
@@ -215,8 +272,19 @@ def _parse(entry):
                     "{name: {parameter: value}}, e.g. {randaugment: {magnitude: 0.3}}.")
 
 
-def placement(augment_on):
-    """Where `data.augment_on` runs augmentation on this machine: device or host."""
+def placement(augment_on, engine):
+    """Where `data.augment_on` runs augmentation on this machine: device or host.
+
+    Raises:
+        UserError: keras-cv's layers asked to run in a JAX training step;
+            they are TensorFlow code.
+    """
+    from recipes import _environment
+
     if augment_on == "auto":
-        return "device" if tf.config.list_physical_devices("GPU") else "host"
+        augment_on = "device" if _environment.gpus() else "host"
+    if augment_on == "device" and engine == "keras_cv" and _environment.backend() == "jax":
+        raise UserError("keras-cv's layers are TensorFlow code: they cannot run in a JAX "
+                        "training step (data.augment_on=device). Set data.augment_engine=keras, "
+                        "Keras core's layers, or data.augment_on=host (tf.data).")
     return augment_on

@@ -43,7 +43,8 @@ DEFAULTS = {
         "scale_lr_with_batch": False,  # lr times the replicas: the linear scaling rule
     },
     "execution": {
-        "mode": "graph",  # eager | graph | xla
+        "backend": "tensorflow",  # tensorflow | jax: Keras' backend, set before Keras is imported
+        "mode": None,  # eager | graph | xla; null: the backend's compiled step (graph; jax: xla)
         "steps_per_execution": 1,
         "precision": "float32",  # float32 | mixed_float16 | mixed_bfloat16
         "seed": 0,
@@ -79,12 +80,14 @@ TYPES = {
     "run.verbose": (str, int),
     "execution.onednn": bool,
     "execution.devices": str,
+    "execution.mode": str,
 }
 
 CHOICES = {
     "data.source": ["tfds", "synthetic", "folder"],
     "data.augment_on": ["auto", "device", "host"],
     "data.augment_engine": ["keras_cv", "keras"],
+    "execution.backend": ["tensorflow", "jax"],
     "execution.mode": ["eager", "graph", "xla"],
     "execution.precision": ["float32", "mixed_float16", "mixed_bfloat16"],
     "execution.strategy": ["none", "mirrored", "multi_worker"],
@@ -141,7 +144,44 @@ def resolve(name, config_files=(), overrides=(), announce=print):
         key, value = _parse_override(item)
         _set(config, key, _checked(schema, key, value, "on the command line"))
         announce(f"override: {key} = {value!r}")
+    execution = config["execution"]
+    if execution["mode"] is None:
+        execution["mode"] = COMPILED_MODE[execution["backend"]]
+    if execution["backend"] == "jax":
+        _check_jax(module, config)
     return {"recipe": name, **config}
+
+
+# What `execution.mode: null` means on each backend: its compiled training step.
+COMPILED_MODE = {"tensorflow": "graph", "jax": "xla"}
+
+# Recipe modules that teach TensorFlow itself, and the feature that keeps them there.
+TENSORFLOW_ONLY_RECIPES = {
+    "graph_lessons": "the tf.function lessons",
+    "revnet_cifar10": "RevNet's tf.custom_gradient",
+}
+
+
+def _check_jax(module, config):
+    """Refuses, before anything runs, what `execution.backend=jax` cannot do:
+    each of these is TensorFlow's own."""
+    execution, callbacks = config["execution"], config["callbacks"]
+    refused = [
+        (module in TENSORFLOW_ONLY_RECIPES, TENSORFLOW_ONLY_RECIPES.get(module)),
+        (execution["mode"] == "graph",
+         "execution.mode=graph, a tf.function (under jax: execution.mode=xla, jax.jit, or eager)"),
+        (execution["strategy"] != "none", f"execution.strategy={execution['strategy']}, "
+                                          "tf.distribute"),
+        (callbacks["graph"], "callbacks.graph, the TensorBoard graph writer"),
+        (callbacks["profile"] is not None, "callbacks.profile, TensorFlow's profiler"),
+        (callbacks["diagnostics"], "callbacks.diagnostics, which reads gradients "
+                                   "through tf.GradientTape"),
+        (config["run"]["export"], "run.export, a TensorFlow SavedModel"),
+    ]
+    for refuse, feature in refused:
+        if refuse:
+            raise UserError(f"execution.backend=jax cannot run {feature}: it is TensorFlow's. "
+                            "Drop execution.backend=jax (TensorFlow is the default).")
 
 
 def recipe_schema(module):

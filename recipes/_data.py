@@ -55,7 +55,7 @@ class Data:
     evaluated_on: str  # what `test` holds: "test", or "validation" for a folder without test/
     validated_on: str  # what `validation` holds: "held_out" training images, or "test" (validation_split=0)
     one_hot: bool  # labels are one-hot vectors rather than class indices
-    augment: object  # (images, labels) -> (images, labels), or None
+    augment: object  # an _augment.Augmentation: (images, labels) -> (images, labels), or None
     augment_on: str  # "host" (already in `train`), "device" (for models.AugmentedModel) or None
 
 
@@ -84,7 +84,8 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False, replicas=1):
     one_hot = one_hot or _augment.mixes_labels(data_config["augment"])
     augment = _augment.pipeline(data_config["augment"], one_hot, seed,
                                 data_config["augment_engine"])
-    augment_on = _augment.placement(data_config["augment_on"]) if augment else None
+    augment_on = (_augment.placement(data_config["augment_on"], data_config["augment_engine"])
+                  if augment else None)
     source, evaluated_on = data_config["source"], "test"
     if source == "tfds":
         train, validation, test = _tfds_splits(data_config)

@@ -37,12 +37,51 @@ def request_onednn(config):
     os.environ["TF_ENABLE_ONEDNN_OPTS"] = value
 
 
+def request_backend(config):
+    """Sets `KERAS_BACKEND` to `execution.backend` before Keras is imported.
+
+    Keras reads the variable once, on import: the command line calls this
+    before any command imports Keras, and `_experiment.prepare` calls it
+    again to refuse a run whose Keras started on another backend (a notebook
+    sets `KERAS_BACKEND` itself, before `import keras`).
+    """
+    wanted = config["execution"]["backend"]
+    if "keras" not in sys.modules:
+        os.environ["KERAS_BACKEND"] = wanted
+        return
+    started = sys.modules["keras"].backend.backend()
+    if started != wanted:
+        raise UserError(
+            f"execution.backend={wanted}, but Keras has started on {started} in this process, "
+            "and it reads its backend once, on import. Run the recipe with `python -m recipes` "
+            f"(or make), or set KERAS_BACKEND={wanted} before importing Keras.")
+
+
+def backend():
+    """The backend Keras runs on: "tensorflow" or "jax"."""
+    import keras
+
+    return keras.backend.backend()
+
+
+def gpus():
+    """The names of the GPUs that Keras' backend computes on."""
+    if backend() == "jax":
+        import jax
+
+        return [device.device_kind for device in jax.devices() if device.platform == "gpu"]
+    import tensorflow as tf
+
+    return [tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
+            for gpu in tf.config.list_physical_devices("GPU")]
+
+
 def versions():
     """The versions of the packages a result depends on."""
     import tensorflow as tf
 
     found = {"tensorflow": tf.__version__}  # installed as tensorflow-cpu or tensorflow
-    for package in ("keras", "keras-cv"):
+    for package in ("keras", "keras-cv", *(("jax", "jaxlib") if backend() == "jax" else ())):
         try:
             found[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
@@ -51,13 +90,9 @@ def versions():
 
 
 def device_info():
-    """The accelerators TensorFlow sees, and the CPU's name, cores and features."""
-    import tensorflow as tf
-
-    gpus = [tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
-            for gpu in tf.config.list_physical_devices("GPU")]
+    """The GPUs Keras' backend computes on, and the CPU's name, cores and features."""
     name, flags = _cpu()
-    return {"gpus": gpus, "cpu": name,
+    return {"backend": backend(), "gpus": gpus(), "cpu": name,
             "cpu_cores": len(os.sched_getaffinity(0)),
             "cpu_features": [feature for feature in CPU_FEATURES if feature in flags],
             # Unset: TensorFlow's choice (oneDNN kernels with AVX-512 VNNI or newer).
@@ -78,14 +113,13 @@ def warn_if_bfloat16_is_emulated():
     """Prints one line when mixed_bfloat16 is about to run on a CPU without
     bfloat16 instructions, where TensorFlow emulates them: slower than
     float32, which a user choosing bfloat16 for speed would not expect."""
-    import tensorflow as tf
-
-    if tf.config.list_physical_devices("GPU"):
+    if gpus():
         return
     if not {"avx512_bf16", "amx_bf16"} & _cpu()[1]:
         print("warning: execution.precision=mixed_bfloat16 on a CPU without AVX512_BF16 or "
-              "AMX: TensorFlow emulates bfloat16 there, slower than float32; "
-              "set execution.precision=float32 for speed.", flush=True)
+              "AMX: TensorFlow emulates bfloat16 there, many times slower than float32 "
+              "(README, \"Real images on a CPU\"); set execution.precision=float32 for speed.",
+              flush=True)
 
 
 def peak_rss_mb():

@@ -29,6 +29,7 @@ def prepare(config):
         build and compile the model in (TensorFlow's default one, a no-op,
         for `none`).
     """
+    _environment.request_backend(config)  # refuses a backend Keras did not start on
     _environment.request_onednn(config)  # refuses a setting TensorFlow started without
     _distribute.request_devices(config)
     # Our pipelines shuffle themselves; fit's shuffle=True warns for nothing.
@@ -147,6 +148,7 @@ class Experiment:
         metrics = {
             "recipe": name,
             "run_dir": str(run_dir),
+            "backend": _environment.backend(),
             "mode_requested": config["execution"]["mode"],
             "mode_used": execution_mode(model),
             "precision": config["execution"]["precision"],

@@ -17,10 +17,11 @@ from recipes._config import dump
 
 # Keys that may change between a run and its resumption: where and how long
 # it runs, and how its steps execute (a run trained eagerly may go on under
-# XLA). Not the precision: mixed_float16 adds loss-scale state, and Keras'
+# XLA, one trained on TensorFlow on JAX: the backup's weights and optimizer
+# state are arrays that any backend loads). Not the precision: mixed_float16 adds loss-scale state, and Keras'
 # BackupAndRestore then silently starts over from epoch 0.
-RESUMABLE_KEYS = {"run", "train.epochs", "execution.mode", "execution.steps_per_execution",
-                  "execution.onednn"}
+RESUMABLE_KEYS = {"run", "train.epochs", "execution.backend", "execution.mode",
+                  "execution.steps_per_execution", "execution.onednn"}
 
 
 def timestamped(parent):
@@ -68,9 +69,9 @@ def choose(config):
         changed = _changed_keys(saved, config)
         if changed:
             raise UserError(f"Cannot resume {run_dir}: its config differs in "
-                            f"{', '.join(changed)}. Only run.*, train.epochs, execution.mode, "
-                            "execution.steps_per_execution and execution.onednn may change; use the same "
-                            "settings, or another run.dir.")
+                            f"{', '.join(changed)}. Only run.*, train.epochs, execution.backend, "
+                            "execution.mode, execution.steps_per_execution and execution.onednn "
+                            "may change; use the same settings, or another run.dir.")
         epochs = config["train"]["epochs"]
         schedule = config["train"].get("schedule", "constant")
         if saved["train"]["epochs"] != epochs and schedule != "constant":

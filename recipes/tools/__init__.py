@@ -56,6 +56,8 @@ class Command:
         options: the `Option`s it takes out of the `key=value` items.
         arguments: adds arguments of its own to its parser (sweep's `--grid`).
         on_recipe: it takes `NAME [key=value ...] [--config FILE]`.
+        jax_refusal: why it refuses `execution.backend=jax`, for a command
+            that does; None for one that runs on either backend.
     """
 
     name: str
@@ -64,6 +66,7 @@ class Command:
     options: tuple = ()
     arguments: Callable | None = None
     on_recipe: bool = True
+    jax_refusal: str | None = None
 
     def takes(self, key):
         """Whether `key=value` is one of this command's options."""

@@ -115,5 +115,6 @@ def _device_rate(augment, images, labels, batches):
 COMMANDS = (
     Command("augment-benchmark", "time each augmentation, and training with it on host and "
                                  "device (option steps=N)",
-            benchmark, (compare.STEPS_OPTION,)),
+            benchmark, (compare.STEPS_OPTION,),
+            jax_refusal="it times augmentation in tf.data and in TensorFlow's training step"),
 )

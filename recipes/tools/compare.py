@@ -15,13 +15,17 @@ on the same input stream:
 - `graph_ready` (asked for by name): `fit` in graph mode on one batch repeated,
   an input that is always ready. Its step time is the step without the input
   pipeline, and its input wait is the floor of that measurement (Keras'
-  dispatch before the step asks for its batch).
+  dispatch before the step asks for its batch);
+- `jax_eager`, `jax_jit` (asked for by name): the same `fit` on Keras' JAX
+  backend, op by op (`run_eagerly=True`) and as one `jax.jit` step
+  (`jit_compile=True`), fed by the same tf.data pipeline.
 
 The first step (tracing or compiling) and `WARMUP_STEPS` more are left out of
 the steady-state figures.
 """
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +39,9 @@ from recipes.tools.tables import markdown_table, number_cell, write_csv
 
 DEFAULT_MODES = ["eager", "graph", "xla", "graph_spe", "loop_eager", "loop_function",
                  "loop_epoch"]
-MODES = [*DEFAULT_MODES, "graph_ready"]
+# compare's modes on Keras' JAX backend, and the execution.mode each runs in.
+JAX_MODES = {"jax_eager": "eager", "jax_jit": "xla"}
+MODES = [*DEFAULT_MODES, "graph_ready", *JAX_MODES]
 DEFAULT_STEPS = 30
 WARMUP_STEPS = 3  # after the first (tracing) step, left out of the statistics
 SPE = 10  # steps per execution in graph_spe
@@ -75,6 +81,9 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
     # and the comparison then runs anywhere, offline.
     overrides = ["data.source=synthetic", *overrides]
     _config.resolve(name, config_files, overrides, announce=lambda line: None)  # fail early
+    if any(mode in JAX_MODES for mode in modes):  # a recipe or setting JAX cannot run
+        _config.resolve(name, config_files, [*overrides, "execution.backend=jax"],
+                        announce=lambda line: None)
     if out_dir is None:
         out_dir = _rundir.timestamped(RUNS_DIR / "compare" / name)
     out_dir = Path(out_dir)
@@ -90,8 +99,11 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
         job = {"name": name, "mode": mode, "steps": steps, "config_files": list(map(str, config_files)),
                "overrides": list(overrides), "out": str(out_dir / "modes" / f"{label}.json"),
                "run_dir": str(out_dir / "modes" / label)}
+        # Keras reads its backend once, on import: the worker's is set before it starts.
+        backend = "jax" if mode in JAX_MODES else "tensorflow"
         result = subprocess.run([sys.executable, "-m", "recipes.tools.measure", json.dumps(job)],
-                                capture_output=True, text=True)
+                                capture_output=True, text=True,
+                                env={**os.environ, "KERAS_BACKEND": backend})
         if result.returncode != 0:
             raise UserError(f"Mode {mode} failed (exit {result.returncode}):\n"
                             + result.stderr[-3000:])
@@ -200,18 +212,23 @@ def _compare_sizes(name, config_files, overrides, size, **options):
                          overrides=overrides, **options)
 
 
+# compare chooses each mode's backend itself.
+PER_MODE_BACKEND = "each mode names its backend (modes=eager,graph,xla,jax_eager,jax_jit)"
 STEPS_OPTION = count("steps", DEFAULT_STEPS, minimum=2)
 REPEATS_OPTION = count("repeats", 1, minimum=1)
 MODES_OPTION = Option("modes", DEFAULT_MODES, parse_modes)
 COMMANDS = (
     Command("compare", "time the training step in each execution mode "
                        "(options modes=..., steps=N, repeats=N)",
-            compare, (MODES_OPTION, STEPS_OPTION, REPEATS_OPTION)),
+            compare, (MODES_OPTION, STEPS_OPTION, REPEATS_OPTION),
+            jax_refusal=PER_MODE_BACKEND),
     Command("compare-sizes", "compare the modes at four or more model sizes "
                              "(options size=KEY=[...], modes=, steps=, repeats=)",
             _compare_sizes, (Option("size", None, lambda text: parse_grid(text, "size=")),
-                             MODES_OPTION, STEPS_OPTION, REPEATS_OPTION)),
+                             MODES_OPTION, STEPS_OPTION, REPEATS_OPTION),
+            jax_refusal=PER_MODE_BACKEND),
     Command("scaling", "images/s with no strategy and with execution.strategy=mirrored, and "
                        "the scaling efficiency (options steps=, repeats=)",
-            scaling, (STEPS_OPTION, REPEATS_OPTION)),
+            scaling, (STEPS_OPTION, REPEATS_OPTION),
+            jax_refusal="it runs tf.distribute's MirroredStrategy"),
 )

@@ -6,8 +6,10 @@ It builds the recipe (`build`), so every mode trains the very same model,
 optimizer, loss, batch and input stream, and times its training steps with
 the recipe's own `Timing` callback. Keras counts neither FLOPs nor what the
 device reaches, so this module does: the model's forward FLOPs are read from
-its graph, and a square matmul measures the device in the same process, at
-the run's precision.
+its graph (TensorFlow's profiler, or XLA's cost analysis on JAX), and a
+square matmul measures the device in the same process, at the run's precision.
+Keras' backend is the process's: compare starts a `jax_*` mode's with
+`KERAS_BACKEND=jax`.
 """
 
 import json
@@ -16,6 +18,7 @@ import time
 from pathlib import Path
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 import recipes
@@ -23,7 +26,9 @@ from callbacks import Timing, execution_mode
 from models import network_of
 from recipes import _config, _environment
 from recipes.tools import loops
-from recipes.tools.compare import SPE, WARMUP_STEPS
+from recipes.tools.compare import JAX_MODES, SPE, WARMUP_STEPS
+
+JAX = keras.backend.backend() == "jax"
 
 # Modes that time whole calls of several steps: no per-step input wait.
 MULTI_STEP_MODES = {"graph_spe", "loop_epoch"}
@@ -33,8 +38,9 @@ def measure(job):
     """Runs the recipe in `job` and measures its training steps in `job["mode"]`;
     writes the row to `job["out"]`."""
     mode, steps = job["mode"], job["steps"]
-    execution = {"eager": "eager", "xla": "xla"}.get(mode, "graph")
+    execution = {"eager": "eager", "xla": "xla", **JAX_MODES}.get(mode, "graph")
     overrides = [*job["overrides"], f"execution.mode={execution}", f"run.dir={job['run_dir']}",
+                 f"execution.backend={'jax' if mode in JAX_MODES else 'tensorflow'}",
                  "run.verbose=0", f"train.steps_per_epoch={1 + WARMUP_STEPS + steps}"]
     if mode == "graph_spe":
         # One execution of SPE steps to trace, then whole executions.
@@ -63,10 +69,11 @@ def measure(job):
     summary = timing.summary(warmup_steps=0 if mode in MULTI_STEP_MODES else WARMUP_STEPS)
     trace_s = max(summary["first_step_s"] - first_steps * summary["step_ms_median"] / 1000, 0.0)
     network = network_of(model)
-    flops_per_step = 3 * timing.batch_size * forward_flops(network, experiment.data.input_shape)
-    matmul = matmul_flops_per_s(keras.mixed_precision.global_policy().compute_dtype)
+    count_flops, matmul_rate = ((jax_forward_flops, jax_matmul_flops_per_s) if JAX
+                                else (forward_flops, matmul_flops_per_s))
+    flops_per_step = 3 * timing.batch_size * count_flops(network, experiment.data.input_shape)
+    matmul = matmul_rate(keras.mixed_precision.global_policy().compute_dtype)
     achieved = flops_per_step / (summary["step_ms_median"] / 1000)
-    gpus = tf.config.list_physical_devices("GPU")
     row = {
         "mode": mode,
         "replicas": experiment.strategy.num_replicas_in_sync,
@@ -80,8 +87,7 @@ def measure(job):
         "input_wait_fraction": (None if mode in MULTI_STEP_MODES
                                 else summary["input_wait_fraction"]),
         "peak_rss_mb": _environment.peak_rss_mb(),
-        "peak_gpu_mb": (tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
-                        if gpus else None),
+        "peak_gpu_mb": _peak_gpu_mb(),
         "flops_per_step": flops_per_step,
         "achieved_flops_per_s": achieved,
         "matmul_flops_per_s": matmul,
@@ -131,6 +137,54 @@ def forward_flops(model, input_shape):
     return tf.compat.v1.profiler.profile(graph, options=options).total_float_ops
 
 
+def jax_forward_flops(model, input_shape):
+    """`forward_flops` on JAX: XLA's cost analysis of the forward pass, before
+    XLA optimizes it (a multiply-add counts 2)."""
+    import jax
+
+    images = jax.numpy.zeros([1, *input_shape], "float32")
+    lowered = jax.jit(lambda x: model(x, training=False)).lower(images)
+    return int(lowered.cost_analysis()["flops"])
+
+
+def _peak_gpu_mb():
+    """Peak memory of the first GPU in MiB, or None on a CPU."""
+    if not _environment.gpus():
+        return None
+    if JAX:
+        import jax
+
+        return jax.devices()[0].memory_stats()["peak_bytes_in_use"] / 2**20
+    return tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+
+
+def jax_matmul_flops_per_s(dtype, size=2048, chain=4, min_seconds=1.0):
+    """`matmul_flops_per_s` on JAX: the same matmul chain, under `jax.jit`."""
+    import jax
+
+    a = jax.numpy.asarray(np.random.default_rng(0).normal(size=(size, size)), dtype)
+
+    @jax.jit
+    def run(x):
+        for _ in range(chain):
+            x = (x @ a) * jax.numpy.asarray(1.0 / size, dtype)  # stays finite
+        return x.astype("float32").sum()
+
+    return _rate(lambda: run(a).block_until_ready(), 2 * size**3 * chain, min_seconds)
+
+
+def _rate(call, flops_per_call, min_seconds):
+    """FLOP/s of `call`, warmed up once, then repeated for at least `min_seconds`."""
+    call()
+    calls, started = 0, time.perf_counter()
+    while True:
+        call()
+        calls += 1
+        elapsed = time.perf_counter() - started
+        if elapsed >= min_seconds:
+            return flops_per_call * calls / elapsed
+
+
 def matmul_flops_per_s(dtype, size=2048, chain=4, min_seconds=1.0):
     """FLOP/s of `size`-square matmuls in `dtype` on the default device:
     chains of `chain` matmuls, repeated for at least `min_seconds`."""
@@ -142,14 +196,7 @@ def matmul_flops_per_s(dtype, size=2048, chain=4, min_seconds=1.0):
             x = tf.matmul(x, a) * tf.cast(1.0 / size, dtype)  # stays finite
         return tf.reduce_sum(tf.cast(x, tf.float32))
 
-    run(a).numpy()  # trace, warm up
-    calls, started = 0, time.perf_counter()
-    while True:
-        run(a).numpy()
-        calls += 1
-        elapsed = time.perf_counter() - started
-        if elapsed >= min_seconds:
-            return 2 * size**3 * chain * calls / elapsed
+    return _rate(lambda: run(a).numpy(), 2 * size**3 * chain, min_seconds)
 
 
 if __name__ == "__main__":

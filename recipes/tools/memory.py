@@ -174,7 +174,8 @@ COMMANDS = (
     Command("memory", "peak memory and time of a training step for each model.backprop and "
                       "variant (options backprop=, steps=)",
             _measure_all, (Option("backprop", BACKPROPS, parse_backprops),
-                           count("steps", DEFAULT_STEPS, minimum=1))),
+                           count("steps", DEFAULT_STEPS, minimum=1)),
+            jax_refusal="it measures RevNet's tf.custom_gradient"),
 )
 
 

@@ -140,5 +140,6 @@ def _tail(path, lines=20):
 COMMANDS = (
     Command("multiworker", "train on N local worker processes with MultiWorkerMirroredStrategy "
                            "(option workers=N)",
-            launch, (count("workers", 2, minimum=2),)),
+            launch, (count("workers", 2, minimum=2),),
+            jax_refusal="it runs tf.distribute's MultiWorkerMirroredStrategy"),
 )

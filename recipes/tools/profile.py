@@ -117,5 +117,6 @@ def by_kind(times):
 
 COMMANDS = (
     Command("profile", "profile a few training steps; a table of where their time goes, "
-                       "by kind of op", profile),
+                       "by kind of op", profile,
+            jax_refusal="it reads TensorFlow's profiler"),
 )

@@ -1,0 +1,242 @@
+"""execution.backend=jax: every portable recipe trains on Keras' JAX backend,
+augmentation runs inside JAX's step, a run resumes across backends, and what
+is TensorFlow's own refuses JAX in one line.
+
+Keras reads its backend once per process, and this test process runs
+TensorFlow's: what trains on JAX runs in a process of its own, started as a
+user starts it (`python -m recipes`), or a driver that runs several recipes
+in one process, to pay JAX's start-up once.
+"""
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import recipes
+from conftest import ROOT, TINY, TINY_MODEL
+from recipes import UserError, _augment, _config
+from recipes.__main__ import main
+
+JAX_ENV = {**os.environ, "KERAS_BACKEND": "jax"}
+PORTABLE_MODULES = sorted(set(recipes.MODULES) - set(_config.TENSORFLOW_ONLY_RECIPES))
+
+# Runs recipes on JAX in one process: argv[1] is a JSON list of [label,
+# name, overrides]; the metrics of each go to the JSON file argv[2].
+DRIVER = """
+import json, sys
+import recipes
+from recipes import _config
+results = {}
+for label, name, overrides in json.loads(sys.argv[1]):
+    config = _config.resolve(name, overrides=overrides, announce=lambda line: None)
+    results[label] = recipes.load(name).run(config)
+open(sys.argv[2], "w").write(json.dumps(results))
+"""
+
+
+def run_on_jax(runs, tmp_path):
+    """Runs `[(label, name, overrides)]` in one JAX process; {label: metrics}."""
+    out = tmp_path / "results.json"
+    result = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(runs), str(out)],
+                            cwd=ROOT, env=JAX_ENV, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def tiny(name, tmp_path, *overrides):
+    """A tiny JAX run of recipe `name`, in its own run directory."""
+    return [*TINY, *TINY_MODEL.get(recipes.module_of(name), []), "execution.backend=jax",
+            f"run.dir={tmp_path / name}", *overrides]
+
+
+# The recipes each module's process trains on JAX: the module's own, and the
+# YAMLs that take other code paths (the softmax regression, keras-cv's
+# RandAugment and CutMix in tf.data); the other YAMLs only change numbers.
+ON_JAX = {"mnist_mlp": ["mnist_mlp", "mnist_softmax"], "mnist_cnn": ["mnist_cnn"],
+          "cifar10_cnn": ["cifar10_cnn"],
+          "densenet_cifar100": ["densenet_cifar100", "densenet_cifar100_modern"]}
+# The README's other JAX commands ("Two backends"), in their module's process:
+# label -> (recipe, overrides, the mode and augmentation placement it records).
+README_RUNS = {
+    "cifar10_cnn": {"cifar10_cnn eager": ("cifar10_cnn", ["execution.mode=eager"],
+                                          "eager", "host")},
+    "densenet_cifar100": {"densenet_cifar10_cpu on device": (
+        "densenet_cifar10_cpu", ["data.augment_on=device", "data.augment_engine=keras"],
+        "xla", "device")},
+}
+
+
+def test_every_portable_module_trains_on_jax_below():
+    assert sorted(ON_JAX) == PORTABLE_MODULES
+    assert all(recipes.module_of(name) == module for module, names in ON_JAX.items()
+               for name in names)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", PORTABLE_MODULES)
+def test_every_portable_recipe_trains_on_jax(module, tmp_path):
+    """The module's recipes, each with its own YAML, one epoch on JAX in the
+    default mode, jit: the run records the backend, the mode and JAX's version."""
+    names = ON_JAX[module]
+    more = README_RUNS.get(module, {})
+    results = run_on_jax(
+        [(name, name, tiny(name, tmp_path)) for name in names]
+        + [(label, name, tiny(name, tmp_path / "more", *overrides))
+           for label, (name, overrides, _, _) in more.items()], tmp_path)
+    for name in names:
+        metrics = results[name]
+        assert metrics["backend"] == metrics["device"]["backend"] == "jax", name
+        assert metrics["mode_requested"] == metrics["mode_used"] == "xla", name
+        assert metrics["epochs_completed"] == 1 and math.isfinite(metrics["final"]["loss"]), name
+        assert metrics["versions"]["jax"] == "0.10.2", name
+        assert (tmp_path / name / "checkpoints" / "best.keras").exists(), name
+    for label, (_, _, mode, augment_on) in more.items():
+        assert (results[label]["mode_used"], results[label]["augment_on"]) == (mode, augment_on)
+        assert math.isfinite(results[label]["final"]["loss"]), label
+
+
+@pytest.mark.slow
+def test_on_jax_a_recipe_learns_eagerly_and_jitted(tmp_path):
+    """Learnable synthetic data (each class a template plus noise), as on
+    TensorFlow: well above the 10% of chance in both of JAX's modes."""
+    learnable = ["data.synthetic_examples=640", "data.batch_size=32",
+                 "train.steps_per_epoch=null", "train.epochs=3"]
+    results = run_on_jax([
+        (mode, "mnist_mlp", tiny("mnist_mlp", tmp_path / mode, *learnable,
+                                 f"execution.mode={mode}"))
+        for mode in ("eager", "xla")], tmp_path)
+    for mode, metrics in results.items():
+        assert metrics["mode_used"] == mode
+        assert metrics["test"]["accuracy"] > 0.5, (mode, metrics["test"])
+
+
+# Builds an AugmentedModel on JAX and trains 3 jitted steps; prints its seed
+# states before and after, and the step's view of one batch, augmented twice.
+AUGMENTED_STEP = """
+import json
+import keras, numpy as np
+import models
+from recipes import _augment
+
+augment = _augment.pipeline(["pad_crop", "flip", "cutmix"], one_hot=True, seed=0,
+                            engine="keras")
+inputs = keras.Input((8, 8, 3))
+network = keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(
+    keras.layers.Flatten()(inputs)))
+model = models.AugmentedModel(network, augment)
+model.compile(optimizer="sgd", loss="categorical_crossentropy", jit_compile=True)
+seeds = lambda: [np.array(v).tolist() for v in model.non_trainable_variables]
+before = seeds()
+images = np.random.default_rng(0).random((12, 8, 8, 3)).astype("float32")
+labels = np.eye(10, dtype="float32")[np.arange(12) % 10]
+model.fit(images, labels, batch_size=4, epochs=1, verbose=0)
+print(json.dumps({"before": before, "after": seeds(), "mode": model.step_jit_compile}))
+"""
+
+
+@pytest.mark.slow
+def test_on_jax_augmentation_runs_in_the_jitted_step_and_its_seeds_advance():
+    """Keras core's layers and PadCrop in JAX's step: their seed states are
+    the model's variables, read from the step's state and written back, so
+    that each step draws new random numbers. Were they not carried, every
+    step would augment as the first did."""
+    result = subprocess.run([sys.executable, "-c", AUGMENTED_STEP], cwd=ROOT, env=JAX_ENV,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["mode"] is True  # one jitted step, augmentation included
+    assert len(found["before"]) == 3  # pad_crop's, flip's and cutmix's seed states
+    assert all(a != b for a, b in zip(found["before"], found["after"]))
+
+
+def test_pad_crop_in_keras_ops_shifts_each_image_by_whole_pixels():
+    """PadCrop, the keras.ops form of pad_crop that a JAX step runs (here on
+    TensorFlow's backend, whose tensors are not what tf.data hands it)."""
+    images = np.random.default_rng(0).random((32, 12, 12, 3)).astype("float32")
+    cropped = np.asarray(_augment.PadCrop(4, seed=1)(images))
+    padded = np.pad(images, [(0, 0), (4, 4), (4, 4), (0, 0)])
+    shifts = set()
+    for index in range(32):
+        matches = [(dy, dx) for dy in range(9) for dx in range(9)
+                   if np.array_equal(cropped[index], padded[index, dy:dy + 12, dx:dx + 12])]
+        assert matches, f"image {index} is not an exact shifted crop"
+        shifts.add(matches[0])
+    assert len(shifts) > 5  # one offset per image, not one per batch
+
+
+@pytest.mark.slow
+def test_a_run_resumes_across_backends(tiny_config, tmp_path):
+    """Epoch 1 on TensorFlow, epoch 2 on JAX from its backup, epoch 3 on
+    TensorFlow again: each epoch once in the history, each resumption from
+    the other backend's weights and optimizer state."""
+    run_dir = tmp_path / "run"
+    recipes.load("mnist_mlp").run(tiny_config("mnist_mlp", "train.steps_per_epoch=4"))
+    result = subprocess.run(
+        [sys.executable, "-m", "recipes", "run", "mnist_mlp",
+         *tiny("mnist_mlp", tmp_path, "train.steps_per_epoch=4", "train.epochs=2",
+               f"run.dir={run_dir}")],
+        cwd=ROOT, env=JAX_ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "extending the finished run" in result.stdout
+    on_jax = json.loads((run_dir / "metrics.json").read_text())
+    assert on_jax["backend"] == "jax" and on_jax["epochs_completed"] == 2
+    metrics = recipes.load("mnist_mlp").run(
+        tiny_config("mnist_mlp", "train.steps_per_epoch=4", "train.epochs=3"))
+    assert metrics["backend"] == "tensorflow" and metrics["epochs_completed"] == 3
+    with (run_dir / "history.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    assert [row["epoch"] for row in rows] == ["0", "1", "2"]
+    # Resumed, not restarted: the optimizer counted every step of the three epochs.
+    assert metrics["final"]["loss"] < json.loads(
+        (run_dir / "metrics-1-epochs.json").read_text())["final"]["loss"]
+
+
+@pytest.mark.parametrize("name, override, feature", [
+    ("graph_lessons", None, "the tf.function lessons"),
+    ("revnet_cifar100", None, "RevNet's tf.custom_gradient"),
+    ("mnist_mlp", "execution.mode=graph", "execution.mode=graph, a tf.function"),
+    ("mnist_mlp", "execution.strategy=mirrored", "tf.distribute"),
+    ("mnist_mlp", "callbacks.graph=true", "the TensorBoard graph writer"),
+    ("mnist_mlp", "callbacks.profile=2,3", "TensorFlow's profiler"),
+    ("mnist_mlp", "callbacks.diagnostics=true", "tf.GradientTape"),
+    ("mnist_mlp", "run.export=true", "a TensorFlow SavedModel"),
+])
+def test_what_is_tensorflow_s_refuses_jax_naming_the_feature(name, override, feature):
+    overrides = ["execution.backend=jax", *([override] if override else [])]
+    with pytest.raises(UserError, match="execution.backend=jax cannot run") as error:
+        _config.resolve(name, overrides=overrides, announce=lambda line: None)
+    assert feature in str(error.value)
+
+
+@pytest.mark.parametrize("command, reason", [
+    ("graph", "a tf.function's graph"), ("profile", "TensorFlow's profiler"),
+    ("memory", "RevNet's tf.custom_gradient"), ("multiworker", "MultiWorkerMirroredStrategy"),
+    ("scaling", "MirroredStrategy"), ("augment-benchmark", "TensorFlow's training step"),
+    ("compare", "modes=eager,graph,xla,jax_eager,jax_jit"),
+])
+def test_tensorflow_s_tools_refuse_jax_in_one_line(command, reason):
+    with pytest.raises(UserError, match=f"{command} does not take execution.backend=jax") as error:
+        main([command, "mnist_mlp", "execution.backend=jax"])
+    assert reason in str(error.value)
+
+
+def test_the_default_mode_is_the_backends_compiled_step():
+    def mode(*overrides):
+        return _config.resolve("mnist_mlp", overrides=overrides,
+                               announce=lambda line: None)["execution"]["mode"]
+
+    assert mode() == "graph"
+    assert mode("execution.backend=jax") == "xla"
+    assert mode("execution.backend=jax", "execution.mode=eager") == "eager"
+
+
+def test_a_backend_keras_did_not_start_on_is_refused(tiny_config):
+    """This process's Keras runs on TensorFlow: a JAX run here cannot be."""
+    with pytest.raises(UserError, match="Keras has started on tensorflow in this process"):
+        recipes.load("mnist_mlp").build(tiny_config("mnist_mlp", "execution.backend=jax"))
