@@ -1,6 +1,7 @@
 """What a result was measured on: versions, accelerators and the CPU's features."""
 
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import resource
@@ -46,6 +47,10 @@ def request_backend(config):
     sets `KERAS_BACKEND` itself, before `import keras`).
     """
     wanted = config["execution"]["backend"]
+    if importlib.util.find_spec(wanted) is None:
+        raise UserError(f"execution.backend={wanted} needs {wanted}, which is not installed "
+                        "in this environment: run make setup (requirements.txt installs "
+                        "requirements-jax.txt too).")
     if "keras" not in sys.modules:
         os.environ["KERAS_BACKEND"] = wanted
         return

@@ -9,6 +9,7 @@ in one process, to pay JAX's start-up once.
 """
 
 import csv
+import importlib.util
 import json
 import math
 import os
@@ -20,7 +21,7 @@ import pytest
 
 import recipes
 from conftest import ROOT, TINY, TINY_MODEL
-from recipes import UserError, _augment, _config
+from recipes import UserError, _augment, _config, _environment
 from recipes.__main__ import main
 
 JAX_ENV = {**os.environ, "KERAS_BACKEND": "jax"}
@@ -240,3 +241,12 @@ def test_a_backend_keras_did_not_start_on_is_refused(tiny_config):
     """This process's Keras runs on TensorFlow: a JAX run here cannot be."""
     with pytest.raises(UserError, match="Keras has started on tensorflow in this process"):
         recipes.load("mnist_mlp").build(tiny_config("mnist_mlp", "execution.backend=jax"))
+
+
+def test_a_backend_that_is_not_installed_is_one_line(tiny_config, monkeypatch):
+    """Without JAX, Keras' own import would end in a traceback."""
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "jax" else found(name, *args))
+    with pytest.raises(UserError, match="execution.backend=jax needs jax, which is not installed"):
+        _environment.request_backend(tiny_config("mnist_mlp", "execution.backend=jax"))
