@@ -1,9 +1,12 @@
-"""Diagnostics: activations, gradients and inputs in TensorBoard, to see why a network does not train."""
+"""Diagnostics: activations, gradients and inputs in TensorBoard, to see why a network does not train.
+
+TensorFlow's own (tf.summary, tf.GradientTape): imported when the callback
+runs, so that `callbacks` imports without it.
+"""
 
 from pathlib import Path
 
 import keras
-import tensorflow as tf
 
 from models.augmented import network_of
 
@@ -45,6 +48,8 @@ class Diagnostics(keras.callbacks.Callback):
         self._writer = None
 
     def on_train_begin(self, logs=None):
+        import tensorflow as tf
+
         network = network_of(self.model)
         # Every layer's output; the last layer's is the network's prediction.
         self._layers = [layer for layer in network.layers
@@ -56,6 +61,8 @@ class Diagnostics(keras.callbacks.Callback):
                              max_outputs=self.max_images)
 
     def on_epoch_end(self, epoch, logs=None):
+        import tensorflow as tf
+
         network = network_of(self.model)
         state = [variable.numpy() for variable in network.non_trainable_variables]
         with tf.GradientTape() as tape:

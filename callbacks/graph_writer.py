@@ -3,13 +3,13 @@
 Keras 3's TensorBoard callback writes no graphs (`write_graph` is documented
 as unsupported: `fit`'s train function is no longer a `tf.function` itself),
 so this callback does: it traces the first training step with
-`tf.summary.trace_on` and exports what TensorFlow ran.
+`tf.summary.trace_on` and exports what TensorFlow ran. TensorFlow is
+imported when the callback runs, so that `callbacks` imports without it.
 """
 
 from pathlib import Path
 
 import keras
-import tensorflow as tf
 
 
 class GraphWriter(keras.callbacks.Callback):
@@ -36,6 +36,8 @@ class GraphWriter(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         if not (self.model.run_eagerly or self.written):
+            import tensorflow as tf
+
             # The step is traced on its first call, just after this.
             tf.summary.trace_on(graph=True, profiler=False)
             self._tracing = True
@@ -43,6 +45,8 @@ class GraphWriter(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if not self._tracing:
             return
+        import tensorflow as tf
+
         writer = tf.summary.create_file_writer(str(self.log_dir))
         with writer.as_default():
             tf.summary.trace_export("train_step", step=0)

@@ -1,11 +1,11 @@
 """Timing: wall time per epoch and step, trace time, images/s, input wait."""
 
 import statistics
+import sys
 import time
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 # Keys this callback adds to the epoch logs, so that TensorBoard, the CSV
 # history and `History` record them next to the losses.
@@ -48,19 +48,22 @@ class Timing(keras.callbacks.Callback):
             raise ValueError("`batch_size` must be a positive integer, "
                              f"received: batch_size={batch_size!r}")
         self.batch_size = batch_size
-        # On the CPU, where tf.data runs, whatever device the model uses.
-        with tf.device("/CPU:0"):
-            self._step_started = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-            self._waited = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-        self._instrumented = False
+        self._waited = None  # seconds of input wait, a tf.Variable once instrumented
         self.first_step_s = None
         self.step_s = []  # steady-state seconds per step, every epoch
         self.epoch_s = []
         self._waited_steady = 0.0
 
     def instrument(self, dataset):
-        """Returns `dataset` with a last stage that measures input wait."""
-        self._instrumented = True
+        """Returns `dataset` with a last stage that measures input wait: a
+        tf.data.Dataset; any other input (a PyDataset) comes back as it is."""
+        tf = sys.modules.get("tensorflow")  # not imported: `dataset` is not tf.data
+        if tf is None or not isinstance(dataset, tf.data.Dataset):
+            return dataset
+        # On the CPU, where tf.data runs, whatever device the model uses.
+        with tf.device("/CPU:0"):
+            self._step_started = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+            self._waited = tf.Variable(0.0, dtype=tf.float64, trainable=False)
 
         def stamp(*element):
             waited = tf.timestamp() - self._step_started
@@ -70,13 +73,16 @@ class Timing(keras.callbacks.Callback):
         return dataset.map(stamp)
 
     def _measures_wait(self):
-        return (self._instrumented and self.model.steps_per_execution == 1
+        return (self._waited is not None and self.model.steps_per_execution == 1
                 and keras.backend.backend() == "tensorflow")
+
+    def _waited_s(self):
+        return float(self._waited.numpy()) if self._waited is not None else 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_started = time.perf_counter()
         self._epoch_step_s = []
-        self._epoch_waited_from = float(self._waited.numpy())
+        self._epoch_waited_from = self._waited_s()
 
     def on_train_batch_begin(self, batch, logs=None):
         self._execution_begin = batch
@@ -92,7 +98,7 @@ class Timing(keras.callbacks.Callback):
         steps = batch - self._execution_begin + 1
         if self.first_step_s is None:
             self.first_step_s = elapsed
-            self._epoch_waited_from = float(self._waited.numpy())
+            self._epoch_waited_from = self._waited_s()
             return
         self._epoch_step_s.extend([elapsed / steps] * steps)
 
@@ -101,7 +107,7 @@ class Timing(keras.callbacks.Callback):
         self.epoch_s.append(time.perf_counter() - self._epoch_started)
         self.step_s.extend(self._epoch_step_s)
         epoch_train_s = sum(self._epoch_step_s)
-        epoch_waited = float(self._waited.numpy()) - self._epoch_waited_from
+        epoch_waited = self._waited_s() - self._epoch_waited_from
         self._waited_steady += epoch_waited
         # Every epoch logs every key, NaN where there is nothing to measure:
         # CSVLogger fixes history.csv's columns at the first epoch a process

@@ -11,10 +11,10 @@
 `data.batch_size` is the batch of one replica; each step takes
 `data.batch_size * num_replicas_in_sync` images. Keras' own
 `keras.distribution` API is a prototype on the TensorFlow backend, so this
-module uses `tf.distribute`, which `fit` supports.
+module uses `tf.distribute`, which `fit` supports. Which process of a
+multi-worker run writes the run's files is `_rundir`'s (`is_chief`).
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -22,6 +22,7 @@ import sys
 import tensorflow as tf
 
 from recipes import UserError
+from recipes._rundir import worker_task
 
 
 class MultiWorkerStrategy(tf.distribute.MultiWorkerMirroredStrategy):
@@ -127,23 +128,3 @@ if not select.select([sys.stdin], [], [], timeout)[0]:
     print(message, file=sys.stderr, flush=True)
     os.kill(parent, signal.SIGKILL)
 """
-
-
-def worker_task():
-    """`(index, number of workers)` from `TF_CONFIG`, or None without one."""
-    text = os.environ.get("TF_CONFIG")
-    if not text:
-        return None
-    try:
-        tf_config = json.loads(text)
-        return tf_config["task"]["index"], len(tf_config["cluster"]["worker"])
-    except (ValueError, KeyError, TypeError):
-        raise UserError(f"TF_CONFIG is not a cluster spec: {text!r}. It needs "
-                        '{"cluster": {"worker": [HOST:PORT, ...]}, "task": {"type": '
-                        '"worker", "index": I}}.') from None
-
-
-def is_chief(config):
-    """Whether this process writes the run's files: worker 0 of a
-    `multi_worker` run, or the only process."""
-    return config["execution"]["strategy"] != "multi_worker" or worker_task()[0] == 0

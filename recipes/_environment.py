@@ -30,7 +30,7 @@ def request_onednn(config):
     value = "1" if wanted else "0"
     if os.environ.get("TF_ENABLE_ONEDNN_OPTS") == value:
         return
-    if "tensorflow" in sys.modules:
+    if sys.modules.get("tensorflow") is not None:
         raise UserError(
             f"execution.onednn={str(wanted).lower()} takes effect only before TensorFlow "
             "starts, and it has started in this process without it. Run the recipe with "
@@ -47,7 +47,7 @@ def request_backend(config):
     sets `KERAS_BACKEND` itself, before `import keras`).
     """
     wanted = config["execution"]["backend"]
-    if importlib.util.find_spec(wanted) is None:
+    if not installed(wanted):
         raise UserError(f"execution.backend={wanted} needs {wanted}, which is not installed "
                         "in this environment: run make setup (requirements.txt installs "
                         "requirements-jax.txt too).")
@@ -60,6 +60,16 @@ def request_backend(config):
             f"execution.backend={wanted}, but Keras has started on {started} in this process, "
             "and it reads its backend once, on import. Run the recipe with `python -m recipes` "
             f"(or make), or set KERAS_BACKEND={wanted} before importing Keras.")
+
+
+def installed(package):
+    """Whether `package` can be imported here (without importing it)."""
+    return importlib.util.find_spec(package) is not None
+
+
+def has_tensorflow():
+    """Whether TensorFlow is installed; Keras on JAX trains without it."""
+    return installed("tensorflow")
 
 
 def backend():
@@ -83,9 +93,11 @@ def gpus():
 
 def versions():
     """The versions of the packages a result depends on."""
-    import tensorflow as tf
+    found = {"tensorflow": None}
+    if has_tensorflow():
+        import tensorflow as tf
 
-    found = {"tensorflow": tf.__version__}  # installed as tensorflow-cpu or tensorflow
+        found["tensorflow"] = tf.__version__  # installed as tensorflow-cpu or tensorflow
     for package in ("keras", "keras-cv", *(("jax", "jaxlib") if backend() == "jax" else ())):
         try:
             found[package] = importlib.metadata.version(package)

@@ -2,6 +2,7 @@
 the standard callbacks, and `Experiment`, the built recipe that `run` and the
 tools train."""
 
+import contextlib
 import hashlib
 import json
 import math
@@ -13,7 +14,7 @@ import numpy as np
 
 from callbacks import Diagnostics, DivergenceStop, ExecutionModeCheck, GraphWriter, execution_mode
 from models import AugmentedModel, network_of
-from recipes import UserError, _distribute, _environment, _rundir
+from recipes import UserError, _environment, _rundir
 
 
 def prepare(config):
@@ -27,19 +28,37 @@ def prepare(config):
     Returns:
         The `tf.distribute.Strategy` that `execution.strategy` names, to
         build and compile the model in (TensorFlow's default one, a no-op,
-        for `none`).
+        for `none`); `ONE_DEVICE` on JAX.
     """
     _environment.request_backend(config)  # refuses a backend Keras did not start on
     _environment.request_onednn(config)  # refuses a setting TensorFlow started without
-    _distribute.request_devices(config)
+    on_tensorflow = _environment.backend() == "tensorflow"
+    if on_tensorflow:
+        from recipes import _distribute  # tf.distribute: imports TensorFlow
+
+        _distribute.request_devices(config)
     # Our pipelines shuffle themselves; fit's shuffle=True warns for nothing.
     warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
     keras.backend.clear_session()
     keras.utils.set_random_seed(config["execution"]["seed"])
     keras.mixed_precision.set_global_policy(config["execution"]["precision"])
-    if config["execution"]["precision"] == "mixed_bfloat16":
+    if config["execution"]["precision"] == "mixed_bfloat16" and on_tensorflow:
         _environment.warn_if_bfloat16_is_emulated()
-    return _distribute.strategy(config)
+    return _distribute.strategy(config) if on_tensorflow else ONE_DEVICE
+
+
+class OneDevice:
+    """What a recipe uses of a strategy, for Keras on JAX, which trains on
+    one device here (tf.distribute's strategies are refused there): one
+    replica, and a scope that changes nothing."""
+
+    num_replicas_in_sync = 1
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+
+ONE_DEVICE = OneDevice()
 
 
 def learning_rate(config, strategy):
@@ -91,7 +110,8 @@ class Experiment:
         model: the compiled model; an `AugmentedModel` when augmentation runs
             on the device.
         data: the `recipes._data.Data` it trains on.
-        strategy: the `tf.distribute.Strategy` the model was built in.
+        strategy: the `tf.distribute.Strategy` the model was built in
+            (`ONE_DEVICE` on JAX).
 
     Attributes:
         chief: whether this process writes the run's files (worker 0 of a
@@ -105,7 +125,7 @@ class Experiment:
                              f"models.AugmentedModel, and only then; data.augment_on="
                              f"{data.augment_on!r}, model: {type(model).__name__}.")
         self.config, self.model, self.data, self.strategy = config, model, data, strategy
-        self.chief = _distribute.is_chief(config)
+        self.chief = _rundir.is_chief(config)
         self.run_dir = None
 
     def open_run_dir(self):
@@ -118,7 +138,7 @@ class Experiment:
         """
         run_dir = _rundir.choose(self.config)
         if not self.chief:
-            run_dir = run_dir / "workers" / f"worker-{_distribute.worker_task()[0]}"
+            run_dir = run_dir / "workers" / f"worker-{_rundir.worker_task()[0]}"
         _rundir.check_backup(run_dir)
         self.run_dir = _rundir.create(run_dir, self.config)
         return self.run_dir
@@ -179,7 +199,7 @@ class Experiment:
             "device": _environment.device_info(),
         }
         if not self.chief:
-            print(f"worker {_distribute.worker_task()[0]}: done, weights sha256 "
+            print(f"worker {_rundir.worker_task()[0]}: done, weights sha256 "
                   f"{metrics['weights_sha256']}", flush=True)
             return metrics
         # Strict JSON: a value that is not a finite number is null, not NaN.
@@ -192,8 +212,10 @@ class Experiment:
         if t["step_ms_median"] is not None:
             print(f"mode {metrics['mode_used']}, {t['step_ms_median']:.1f} ms/step, "
                   f"{t['images_per_s']:.0f} images/s, trace {t['trace_s']:.2f} s")
-        print(f"results: {run_dir}/metrics.json; TensorBoard: "
-              f"tensorboard --logdir {run_dir / 'tensorboard'}", flush=True)
+        logs = run_dir / "tensorboard"
+        print(f"results: {run_dir}/metrics.json"
+              + (f"; TensorBoard: tensorboard --logdir {logs}" if logs.is_dir() else ""),
+              flush=True)
         return metrics
 
 
@@ -249,7 +271,7 @@ def standard_callbacks(config, run_dir, data):
     # be trained further by raising train.epochs.
     backup = keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
                                               delete_checkpoint=False)
-    if not _distribute.is_chief(config):
+    if not _rundir.is_chief(config):
         return [*callbacks, backup]
     callbacks.append(keras.callbacks.CSVLogger(run_dir / "history.csv", append=True))
     if chosen["graph"]:
@@ -257,7 +279,11 @@ def standard_callbacks(config, run_dir, data):
     if chosen["profile"] is not None and not chosen["tensorboard"]:
         raise UserError("callbacks.profile writes into the TensorBoard logs: "
                         "it needs callbacks.tensorboard=true.")
-    if chosen["tensorboard"]:
+    if chosen["tensorboard"] and not _environment.has_tensorflow():
+        print("callbacks.tensorboard: skipped, Keras' TensorBoard callback writes through "
+              "tf.summary and TensorFlow is not installed here; history.csv has every "
+              "epoch's numbers.", flush=True)
+    elif chosen["tensorboard"]:
         try:
             callbacks.append(keras.callbacks.TensorBoard(
                 run_dir / "tensorboard", profile_batch=chosen["profile"] or 0))

@@ -7,6 +7,7 @@
 import csv
 import datetime
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -218,3 +219,23 @@ def read_history(path):
     return [{k: float(v) for k, v in row.items()
              if k != "epoch" and not k.startswith("time_") and v != ""}
             for row in read_rows(path)]
+
+
+def worker_task():
+    """`(index, number of workers)` from `TF_CONFIG`, or None without one."""
+    text = os.environ.get("TF_CONFIG")
+    if not text:
+        return None
+    try:
+        tf_config = json.loads(text)
+        return tf_config["task"]["index"], len(tf_config["cluster"]["worker"])
+    except (ValueError, KeyError, TypeError):
+        raise UserError(f"TF_CONFIG is not a cluster spec: {text!r}. It needs "
+                        '{"cluster": {"worker": [HOST:PORT, ...]}, "task": {"type": '
+                        '"worker", "index": I}}.') from None
+
+
+def is_chief(config):
+    """Whether this process writes the run's files: worker 0 of a
+    `multi_worker` run, or the only process."""
+    return config["execution"]["strategy"] != "multi_worker" or worker_task()[0] == 0
