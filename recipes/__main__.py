@@ -38,10 +38,11 @@ def show(name, config_files, overrides):
 
 
 COMMANDS = {command.name: command for command in (
-    Command("list", "every recipe, with a one-line description", list_recipes, on_recipe=False),
+    Command("list", "every recipe, with a one-line description", list_recipes, on_recipe=False,
+            without_tensorflow=True),
     *curves.COMMANDS,
-    Command("run", "train a recipe", train),
-    Command("show", "print a recipe's resolved config as YAML", show),
+    Command("run", "train a recipe", train, without_tensorflow=True),
+    Command("show", "print a recipe's resolved config as YAML", show, without_tensorflow=True),
     *sweep.COMMANDS, *compare.COMMANDS, *preview.COMMANDS, *graph.COMMANDS,
     *profile.COMMANDS, *soak.COMMANDS, *augment_bench.COMMANDS, *data_bench.COMMANDS,
     *memory.COMMANDS, *multiworker.COMMANDS,
@@ -75,6 +76,10 @@ def main(argv=None):
     args, extra = cli.parse_known_args(argv)
     arguments = dict(vars(args))
     command = COMMANDS[arguments.pop("command")]
+    if not (command.without_tensorflow or _environment.has_tensorflow()):
+        raise UserError(f"{command.name} needs TensorFlow, which is not installed here; "
+                        "without it, `run NAME execution.backend=jax` trains the recipes "
+                        "that run on JAX (README, \"Two backends\").")
     if extra and (not command.on_recipe or any(item.startswith("-") for item in extra)):
         cli.error(f"unrecognized arguments: {' '.join(extra)}")
     if not command.on_recipe:

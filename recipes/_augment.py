@@ -16,8 +16,9 @@ labels into soft labels: with them, the pipeline gives one-hot labels
 - `host`: a map in the tf.data pipeline, on the CPU, overlapping the step;
 - `device`: inside `fit`'s training step, on the accelerator: the recipe
   wraps its model in `models.AugmentedModel`;
-- `auto`: `device` when TensorFlow sees a GPU, else `host` (the faster one on
-  this repository's CPU machine; README, "Augmentation").
+- `auto`: `device` when the backend sees a GPU, else `host` (the faster one on
+  this repository's CPU machine; README, "Augmentation"); `device` without
+  TensorFlow installed, where tf.data is not.
 
 `data.augment_engine` picks the layers: `keras_cv` (the default), or `keras`,
 Keras core's equivalents under the same names and parameters. keras-cv's last
@@ -27,9 +28,9 @@ It is imported only when one of its operations is built.
 
 import inspect
 import math
+import sys
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from recipes import UserError
@@ -40,6 +41,12 @@ ENGINES = ("keras_cv", "keras")
 def _layers(engine):
     """The module whose layers `engine` names."""
     if engine == "keras_cv":
+        from recipes import _environment
+
+        if not _environment.has_tensorflow():
+            raise UserError("data.augment_engine=keras_cv needs TensorFlow (keras-cv's layers "
+                            "are TensorFlow code), not installed here: set "
+                            "data.augment_engine=keras, Keras core's layers.")
         import keras_cv
 
         return keras_cv.layers
@@ -65,7 +72,8 @@ def pad_crop(engine, seed, padding=4):
     layer = PadCrop(padding, seed=seed, dtype="float32")
 
     def apply(images, labels):
-        if not isinstance(images, tf.Tensor):
+        tf = sys.modules.get("tensorflow")  # not imported: `images` is not its tensor
+        if tf is None or not isinstance(images, tf.Tensor):
             return layer(images, training=True), labels
         batch, height, width = tf.unstack(tf.shape(images)[:3])
         padded = tf.pad(images, [[0, 0], [padding, padding], [padding, padding], [0, 0]])
@@ -137,6 +145,8 @@ def randaugment(engine, seed, magnitude=0.5, augmentations_per_image=2):
     layer = _layers("keras_cv").RandAugment(
         value_range=(0, 1), magnitude=magnitude, augmentations_per_image=augmentations_per_image,
         seed=seed, dtype="float32", name="rand_augment")
+
+    import tensorflow as tf  # keras-cv's layers are TensorFlow code
 
     def apply(images, labels):
         # One image at a time, in order: every image draws from the layer's one
@@ -282,7 +292,8 @@ def placement(augment_on, engine):
     from recipes import _environment
 
     if augment_on == "auto":
-        augment_on = "device" if _environment.gpus() else "host"
+        on_host = _environment.has_tensorflow() and not _environment.gpus()
+        augment_on = "host" if on_host else "device"
     if augment_on == "device" and engine == "keras_cv" and _environment.backend() == "jax":
         raise UserError("keras-cv's layers are TensorFlow code: they cannot run in a JAX "
                         "training step (data.augment_on=device). Set data.augment_engine=keras, "

@@ -32,7 +32,7 @@ DEFAULTS = {
         "shuffle_buffer": 10000,
         "cache": True,  # tfds: keep decoded uint8 images in memory after the first epoch
         "augment": [],  # training-only operations, in order: see recipes/_augment.py
-        "augment_on": "auto",  # device (in the training step) or host (tf.data); auto: device on a GPU
+        "augment_on": "auto",  # device (in the training step) or host (tf.data); auto: device on a GPU or without TensorFlow
         "augment_engine": "keras_cv",  # or keras: Keras core's layers under the same names
     },
     "model": {},

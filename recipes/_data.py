@@ -19,12 +19,10 @@ import socket
 import time
 from pathlib import Path
 
+import keras
 import numpy as np
-import tensorflow as tf
 
-from recipes import UserError, _augment
-
-AUTOTUNE = tf.data.AUTOTUNE
+from recipes import UserError, _augment, _environment
 
 # name: (input shape, number of classes)
 DATASETS = {
@@ -41,12 +39,14 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg"}
 
 @dataclasses.dataclass
 class Data:
-    """Batched splits and what a model needs to know about them."""
+    """Batched splits and what a model needs to know about them. Each split is
+    a `tf.data.Dataset` of (images, labels) batches, or without TensorFlow an
+    `ArrayBatches`."""
 
-    train: tf.data.Dataset  # shuffled, augmented, repeats forever; use steps_per_epoch
-    train_plain: tf.data.Dataset  # one ordered pass, not augmented: to adapt normalization
-    validation: tf.data.Dataset
-    test: tf.data.Dataset
+    train: object  # shuffled, augmented, repeats forever; use steps_per_epoch
+    train_plain: object  # one ordered pass, not augmented: to adapt normalization
+    validation: object
+    test: object
     input_shape: tuple
     num_classes: int
     train_examples: int
@@ -87,6 +87,14 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False, replicas=1):
     augment_on = (_augment.placement(data_config["augment_on"], data_config["augment_engine"])
                   if augment else None)
     source, evaluated_on = data_config["source"], "test"
+    with_tensorflow = _environment.has_tensorflow()
+    if not with_tensorflow and (source == "tfds" or augment_on == "host"):
+        raise UserError(
+            ("data.source=tfds reads tensorflow-datasets" if source == "tfds" else
+             "data.augment_on=host augments in tf.data") + ", which needs TensorFlow, not "
+            "installed here. Without it, train on data.source=folder or synthetic, with "
+            "data.augment_on=device data.augment_engine=keras.")
+    # tfds gives tf.data datasets; synthetic and folder give (images, labels) arrays.
     if source == "tfds":
         train, validation, test = _tfds_splits(data_config)
     elif source == "synthetic":
@@ -103,7 +111,7 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False, replicas=1):
         validation, validated_on = test, "test"
 
     batch_size = data_config["batch_size"] * replicas  # the global batch
-    train_examples = _count(train)
+    train_examples = _count(train) if source == "tfds" else len(train[1])
     if train_examples < batch_size:
         raise UserError(
             f"The training split has {train_examples} examples, fewer than a batch of "
@@ -111,28 +119,13 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False, replicas=1):
             "replicas): lower the batch size"
             + (" or raise data.synthetic_examples." if source == "synthetic" else "."))
 
-    def to_model_input(images, labels):
-        # Whole batches: one vectorized op instead of one per image.
-        images = tf.cast(images, tf.float32) / 255.0
-        return images, tf.one_hot(labels, num_classes) if one_hot else labels
-
-    # Synthetic and folder data are arrays in memory already; tfds decodes records.
-    in_memory = source != "tfds"
-
-    def batches(dataset, training, cache=data_config["cache"] and not in_memory):
-        if cache:
-            dataset = dataset.cache()
-        if training:
-            dataset = dataset.shuffle(data_config["shuffle_buffer"], seed=seed).repeat()
-        dataset = dataset.batch(batch_size, drop_remainder=training,
-                                num_parallel_calls=AUTOTUNE)
-        dataset = dataset.map(to_model_input, num_parallel_calls=AUTOTUNE)
-        if training and augment_on == "host":
-            # One batch at a time: the layers' random state then advances in
-            # the same order every run, so a seeded run repeats exactly.
-            # Each call is vectorized, and prefetch overlaps it with training.
-            dataset = dataset.map(augment)
-        return dataset.prefetch(AUTOTUNE)
+    if with_tensorflow:
+        batches = _tf_batches(data_config, batch_size, num_classes, one_hot, seed,
+                              augment if augment_on == "host" else None)
+    else:
+        def batches(split, training, cache=False):  # arrays in memory: nothing to cache
+            return ArrayBatches(*split, batch_size, num_classes if one_hot else None,
+                                shuffle_seed=seed if training else None)
 
     return Data(
         train=batches(train, training=True),
@@ -150,6 +143,97 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False, replicas=1):
         augment=augment,
         augment_on=augment_on,
     )
+
+
+def _tf_batches(data_config, batch_size, num_classes, one_hot, seed, host_augment):
+    """`batches(split, training, cache)`: the tf.data pipeline of a split, a
+    tf.data.Dataset or an (images, labels) pair of arrays."""
+    import tensorflow as tf
+
+    autotune = tf.data.AUTOTUNE
+
+    def to_model_input(images, labels):
+        # Whole batches: one vectorized op instead of one per image.
+        images = tf.cast(images, tf.float32) / 255.0
+        return images, tf.one_hot(labels, num_classes) if one_hot else labels
+
+    def batches(split, training, cache=data_config["cache"]):
+        dataset = split
+        if isinstance(split, tuple):  # arrays in memory already: nothing to cache
+            dataset, cache = tf.data.Dataset.from_tensor_slices(split), False
+        if cache:
+            dataset = dataset.cache()
+        if training:
+            dataset = dataset.shuffle(data_config["shuffle_buffer"], seed=seed).repeat()
+        dataset = dataset.batch(batch_size, drop_remainder=training,
+                                num_parallel_calls=autotune)
+        dataset = dataset.map(to_model_input, num_parallel_calls=autotune)
+        if training and host_augment:
+            # One batch at a time: the layers' random state then advances in
+            # the same order every run, so a seeded run repeats exactly.
+            # Each call is vectorized, and prefetch overlaps it with training.
+            dataset = dataset.map(host_augment)
+        return dataset.prefetch(autotune)
+
+    return batches
+
+
+class ArrayBatches(keras.utils.PyDataset):
+    """Batches of uint8 images as float32 in [0, 1], with their labels: the
+    tf.data pipeline's batches, for Keras without TensorFlow.
+
+    With `shuffle_seed`, the training split: endless, each pass over the
+    images in its own seeded order (a full shuffle, whatever
+    `data.shuffle_buffer`), without the last partial batch. Without, one
+    ordered pass with every image.
+
+    Args:
+        images: uint8 array, (examples, height, width, channels).
+        labels: int array of class indices, (examples,).
+        batch_size: images per batch.
+        num_classes: one-hot labels of this many classes; None keeps indices.
+        shuffle_seed: seeds the training split's order; None for another split.
+    """
+
+    def __init__(self, images, labels, batch_size, num_classes=None, shuffle_seed=None):
+        super().__init__()
+        self.images, self.labels, self.batch_size = images, labels, batch_size
+        self.num_classes, self.shuffle_seed = num_classes, shuffle_seed
+        self._order = None, None  # (pass, its permutation)
+
+    @property
+    def num_batches(self):
+        if self.shuffle_seed is not None:
+            return None  # endless: fit's steps_per_epoch ends each epoch
+        return -(-len(self.labels) // self.batch_size)
+
+    def __getitem__(self, index):
+        if self.shuffle_seed is None:
+            rows = slice(index * self.batch_size, (index + 1) * self.batch_size)
+        else:
+            per_pass = len(self.labels) // self.batch_size
+            number, position = divmod(index, per_pass)
+            if self._order[0] != number:
+                rng = np.random.default_rng([self.shuffle_seed, number])
+                self._order = number, rng.permutation(len(self.labels))
+            rows = self._order[1][position * self.batch_size:(position + 1) * self.batch_size]
+        images = self.images[rows].astype(np.float32) / 255.0
+        labels = self.labels[rows]
+        if self.num_classes is not None:
+            labels = np.eye(self.num_classes, dtype=np.float32)[labels]
+        return images, labels
+
+
+def images(batches):
+    """A split's images without their labels, as `Normalization.adapt` takes
+    them: a tf.data.Dataset of image batches, or from `ArrayBatches` one
+    float32 array. Not the `ArrayBatches` itself, which Keras documents that
+    adapt takes: Keras 3.15.1's adapt tests every input but an array against
+    tf.data.Dataset first, which imports TensorFlow (tests/test_jax_backend.py
+    checks that it still does)."""
+    if isinstance(batches, ArrayBatches):
+        return batches.images.astype(np.float32) / 255.0
+    return batches.map(lambda images, labels: images)
 
 
 def _count(dataset):
@@ -216,8 +300,7 @@ def _synthetic_splits(data_config, input_shape, num_classes, seed):
     def split(n):
         labels = rng.integers(0, num_classes, size=(n,))
         noise = rng.integers(0, 256, size=(n, *input_shape))
-        images = ((templates[labels] + noise) // 2).astype(np.uint8)
-        return tf.data.Dataset.from_tensor_slices((images, labels))
+        return ((templates[labels] + noise) // 2).astype(np.uint8), labels
 
     return split(train_n), split(held_out), split(test_n)
 
@@ -239,14 +322,13 @@ def _folder_splits(data_config, input_shape):
     split = data_config["validation_split"]
     held_out = max(1, round(len(labels) * split)) if split else 0
     kept, validation = order[held_out:], order[:held_out]
-    splits = [tf.data.Dataset.from_tensor_slices((images[part], labels[part]))
-              for part in (kept, validation)]
+    splits = [(images[part], labels[part]) for part in (kept, validation)]
     if (root / "test").is_dir():
         test_images, test_labels, test_classes = _folder_arrays(root / "test", input_shape)
         if test_classes != classes:
             raise UserError(f"{root}/test has classes {test_classes} but "
                             f"{root}/train has {classes}; they must match.")
-        splits.append(tf.data.Dataset.from_tensor_slices((test_images, test_labels)))
+        splits.append((test_images, test_labels))
     else:
         print(f"{root} has no test/ folder: the run evaluates on its "
               f"{held_out:,} validation images.", flush=True)
@@ -298,6 +380,14 @@ def _folder_arrays(folder, input_shape):
     except (OSError, ValueError, KeyError):
         pass  # no cache yet, or an unreadable one: decode
 
+    if not _environment.has_tensorflow():
+        raise UserError(f"{folder}'s images are not decoded yet, and decoding needs "
+                        "TensorFlow, not installed here. Where it is, decode them once "
+                        "(python -m recipes data-benchmark NAME data.source=folder "
+                        f"data.path=...), then copy {cache} here with the images, keeping "
+                        "their modification times (tar and rsync -a do).")
+    import tensorflow as tf
+
     labels = np.array([classes.index(path.parent.name) for path in files], dtype=np.int64)
     print(f"decoding the {len(files):,} images in {folder} (once: they are cached)...",
           flush=True)
@@ -310,7 +400,7 @@ def _folder_arrays(folder, input_shape):
 
     paths = tf.data.Dataset.from_tensor_slices([str(path) for path in files])
     try:
-        images = np.concatenate(list(paths.map(decode, num_parallel_calls=AUTOTUNE)
+        images = np.concatenate(list(paths.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
                                      .batch(1024).as_numpy_iterator()))
     except tf.errors.InvalidArgumentError:
         # TensorFlow's error does not name the file: find it, one at a time.

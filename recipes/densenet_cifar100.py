@@ -75,7 +75,7 @@ def build(config):
         # float32 under a mixed policy too: `adapt` sums float32 images.
         normalization = keras.layers.Normalization(axis=-1, dtype="float32",
                                                    name="normalization")
-        normalization.adapt(data.train_plain.map(lambda images, labels: images))
+        normalization.adapt(_data.images(data.train_plain))
         model = models.densenet(
             data.input_shape, data.num_classes, **spec,
             dropout=model_config["dropout"],

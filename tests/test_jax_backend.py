@@ -1,6 +1,7 @@
 """execution.backend=jax: every portable recipe trains on Keras' JAX backend,
 augmentation runs inside JAX's step, a run resumes across backends, and what
-is TensorFlow's own refuses JAX in one line.
+is TensorFlow's own refuses JAX in one line; without TensorFlow installed,
+the recipes still train on JAX.
 
 Keras reads its backend once per process, and this test process runs
 TensorFlow's: what trains on JAX runs in a process of its own, started as a
@@ -15,14 +16,18 @@ import math
 import os
 import subprocess
 import sys
+import sysconfig
+import venv
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import recipes
 from conftest import ROOT, TINY, TINY_MODEL
-from recipes import UserError, _augment, _config, _environment
+from recipes import UserError, _augment, _config, _data, _environment
 from recipes.__main__ import main
+from test_data import write_folder
 
 JAX_ENV = {**os.environ, "KERAS_BACKEND": "jax"}
 PORTABLE_MODULES = sorted(set(recipes.MODULES) - set(_config.TENSORFLOW_ONLY_RECIPES))
@@ -250,3 +255,115 @@ def test_a_backend_that_is_not_installed_is_one_line(tiny_config, monkeypatch):
                         lambda name, *args: None if name == "jax" else found(name, *args))
     with pytest.raises(UserError, match="execution.backend=jax needs jax, which is not installed"):
         _environment.request_backend(tiny_config("mnist_mlp", "execution.backend=jax"))
+
+
+# What the lent GPU machine lacks: TensorFlow and the packages built on it.
+TENSORFLOW_PACKAGES = ("tensorflow", "keras_cv", "keras_core", "tf_keras")
+
+
+def python_without_tensorflow(tmp_path):
+    """A Python with this environment's packages but TensorFlow's, as on the
+    lent GPU machine: a venv whose site-packages links to every other package."""
+    venv.create(tmp_path / "venv", with_pip=False)
+    site = next((tmp_path / "venv" / "lib").glob("python3*/site-packages"))
+    for package in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not package.name.startswith(TENSORFLOW_PACKAGES):
+            (site / package.name).symlink_to(package)
+    return tmp_path / "venv" / "bin" / "python"
+
+
+# Keras 3.15.1's Normalization.adapt imports TensorFlow for any input but an
+# array (recipes/_data.py, `images`): when this stops failing, adapt the
+# ArrayBatches themselves and drop `_data.images`' array.
+ADAPT_WITHOUT_TENSORFLOW = """
+import keras, numpy as np
+from recipes._data import ArrayBatches
+batches = ArrayBatches(np.zeros((8, 4, 4, 3), np.uint8), np.zeros(8, np.int64), 4)
+try:
+    keras.layers.Normalization().adapt(batches)
+except ImportError as error:
+    print("adapt needs TensorFlow:", error)
+"""
+
+
+@pytest.mark.slow
+def test_without_tensorflow_a_recipe_trains_on_jax_from_the_folder_cache(tmp_path):
+    """Where TensorFlow is not installed: a DenseNet trains from a folder's
+    decoded arrays through ArrayBatches, augmented in JAX's step, and adapts
+    its normalization; a run resumes; what needs TensorFlow says so in one line."""
+    python = python_without_tensorflow(tmp_path)
+    write_folder(tmp_path / "images", classes=("a", "b", "c"), per_class=12,
+                 splits=("train",), size=(32, 32))
+
+    def run(*args):
+        return subprocess.run([str(python), "-m", "recipes", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+
+    folder = ["data.source=folder", f"data.path={tmp_path / 'images'}"]
+    undecoded = run("run", "mnist_mlp", "execution.backend=jax", *folder)
+    assert undecoded.returncode == 2
+    assert "decoding needs TensorFlow, not installed here" in undecoded.stderr
+    _data._folder_arrays(tmp_path / "images" / "train", (32, 32, 3))  # here, with TensorFlow
+
+    densenet = run("run", "densenet_cifar10_cpu", *tiny("densenet_cifar100", tmp_path),
+                   *folder, "data.augment_engine=keras", "execution.precision=float32")
+    assert densenet.returncode == 0, densenet.stderr[-3000:]
+    assert "callbacks.tensorboard: skipped" in densenet.stdout
+    metrics = json.loads((tmp_path / "densenet_cifar100" / "metrics.json").read_text())
+    assert (metrics["backend"], metrics["mode_used"], metrics["augment_on"]) == (
+        "jax", "xla", "device")
+    assert metrics["versions"]["tensorflow"] is None and metrics["test"]["accuracy"] >= 0
+
+    for epochs in (1, 2):  # the second process resumes the first's run
+        mlp = run("run", "mnist_mlp", *tiny("mnist_mlp", tmp_path), f"train.epochs={epochs}")
+        assert mlp.returncode == 0, mlp.stderr[-3000:]
+    assert json.loads((tmp_path / "mnist_mlp" / "metrics.json").read_text())[
+        "epochs_completed"] == 2
+
+    refused = run("compare", "mnist_mlp", "execution.backend=jax")
+    assert refused.returncode == 2 and "compare needs TensorFlow" in refused.stderr
+
+    adapt = subprocess.run([str(python), "-c", ADAPT_WITHOUT_TENSORFLOW], cwd=ROOT,
+                           env=JAX_ENV, capture_output=True, text=True, timeout=300)
+    assert "adapt needs TensorFlow" in adapt.stdout, adapt.stderr[-3000:]
+
+
+def test_array_batches_shuffle_each_pass_and_keep_every_image_once():
+    images = np.arange(10, dtype=np.uint8).reshape(10, 1, 1, 1)
+    labels = np.arange(10) % 3
+    train = _data.ArrayBatches(images, labels, 4, num_classes=3, shuffle_seed=0)
+    assert train.num_batches is None  # endless, as tf.data's repeat()
+    seen = [np.round(train[index][0] * 255).astype(int).ravel() for index in range(4)]
+    # Two full batches per pass, the remainder dropped; a new order each pass.
+    assert all(len(batch) == 4 for batch in seen)
+    assert len(set(np.concatenate(seen[:2]))) == 8
+    assert not np.array_equal(np.concatenate(seen[:2]), np.concatenate(seen[2:]))
+    again = _data.ArrayBatches(images, labels, 4, num_classes=3, shuffle_seed=0)
+    assert np.array_equal(again[3][0], train[3][0])  # seeded
+    batch_images, batch_labels = train[0]
+    assert batch_images.dtype == np.float32 and batch_labels.shape == (4, 3)
+    assert np.array_equal(batch_labels.argmax(1), (np.round(batch_images * 255)
+                                                   .astype(int).ravel()) % 3)
+    test = _data.ArrayBatches(images, labels, 4)
+    assert test.num_batches == 3
+    assert np.array_equal(np.concatenate([test[i][1] for i in range(3)]), labels)
+
+
+def test_auto_places_augmentation_in_the_step_without_tensorflow(monkeypatch):
+    assert _augment.placement("auto", "keras") == "host"  # a CPU with TensorFlow
+    monkeypatch.setattr(_environment, "has_tensorflow", lambda: False)
+    assert _augment.placement("auto", "keras") == "device"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ([], "data.source=tfds reads tensorflow-datasets, which needs TensorFlow"),
+    (["data.source=synthetic", "data.augment=[flip]", "data.augment_engine=keras",
+      "data.augment_on=host"], "data.augment_on=host augments in tf.data"),
+    (["data.source=synthetic", "data.augment=[flip]"],
+     "data.augment_engine=keras_cv needs TensorFlow"),
+])
+def test_without_tensorflow_what_needs_it_is_one_line(overrides, message, monkeypatch):
+    config = _config.resolve("mnist_mlp", overrides=overrides, announce=lambda line: None)
+    monkeypatch.setattr(_environment, "has_tensorflow", lambda: False)
+    with pytest.raises(UserError, match=message):
+        _data.load(config["data"])

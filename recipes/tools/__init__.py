@@ -58,6 +58,8 @@ class Command:
         on_recipe: it takes `NAME [key=value ...] [--config FILE]`.
         jax_refusal: why it refuses `execution.backend=jax`, for a command
             that does; None for one that runs on either backend.
+        without_tensorflow: it works where TensorFlow is not installed
+            (Keras on JAX alone); the others refuse there.
     """
 
     name: str
@@ -67,6 +69,7 @@ class Command:
     arguments: Callable | None = None
     on_recipe: bool = True
     jax_refusal: str | None = None
+    without_tensorflow: bool = False
 
     def takes(self, key):
         """Whether `key=value` is one of this command's options."""

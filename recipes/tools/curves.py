@@ -57,5 +57,5 @@ def add_arguments(parser):
 
 COMMANDS = (
     Command("curves", "plot validation accuracy against training time for one or more runs",
-            curves, arguments=add_arguments, on_recipe=False),
+            curves, arguments=add_arguments, on_recipe=False, without_tensorflow=True),
 )
