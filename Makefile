@@ -45,7 +45,7 @@ help:
 
 setup: $(INSTALLED)
 
-$(INSTALLED): requirements.txt requirements-jax.txt requirements-$(BUILD).txt constraints.txt
+$(INSTALLED): requirements.txt requirements-no-tf.txt requirements-jax.txt requirements-$(BUILD).txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip uninstall --quiet --yes $(OTHER_TF) >/dev/null 2>&1 || true

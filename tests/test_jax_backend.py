@@ -10,18 +10,19 @@ in one process, to pay JAX's start-up once.
 """
 
 import csv
+import importlib.metadata
 import importlib.util
 import json
 import math
 import os
 import subprocess
 import sys
-import sysconfig
 import venv
-from pathlib import Path
 
 import numpy as np
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 import recipes
 from conftest import ROOT, TINY, TINY_MODEL
@@ -257,18 +258,29 @@ def test_a_backend_that_is_not_installed_is_one_line(tiny_config, monkeypatch):
         _environment.request_backend(tiny_config("mnist_mlp", "execution.backend=jax"))
 
 
-# What the lent GPU machine lacks: TensorFlow and the packages built on it.
-TENSORFLOW_PACKAGES = ("tensorflow", "keras_cv", "keras_core", "tf_keras")
-
-
 def python_without_tensorflow(tmp_path):
-    """A Python with this environment's packages but TensorFlow's, as on the
-    lent GPU machine: a venv whose site-packages links to every other package."""
+    """A Python with JAX and requirements-no-tf.txt, and what they require,
+    but nothing else, as on the lent GPU machine: a venv whose site-packages
+    links to those packages of this environment."""
     venv.create(tmp_path / "venv", with_pip=False)
     site = next((tmp_path / "venv" / "lib").glob("python3*/site-packages"))
-    for package in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if not package.name.startswith(TENSORFLOW_PACKAGES):
-            (site / package.name).symlink_to(package)
+    wanted, todo = set(), [line.split("#")[0].strip() for name in (
+        "requirements-no-tf.txt", "requirements-jax.txt")
+        for line in (ROOT / name).read_text().splitlines() if line.split("#")[0].strip()]
+    while todo:
+        requirement = Requirement(todo.pop())
+        name = canonicalize_name(requirement.name)
+        if name in wanted or (requirement.marker and
+                              not requirement.marker.evaluate({"extra": ""})):
+            continue  # seen, or an extra's or another platform's
+        wanted.add(name)
+        todo += importlib.metadata.requires(name) or []
+    assert "tensorflow" not in wanted and "keras" in wanted
+    for name in wanted:
+        distribution = importlib.metadata.distribution(name)
+        for top in {file.parts[0] for file in distribution.files} - {"..", "__pycache__"}:
+            if not (site / top).exists():
+                (site / top).symlink_to(distribution.locate_file(top))
     return tmp_path / "venv" / "bin" / "python"
 
 
