@@ -14,6 +14,7 @@ the remainder, so every step has one shape and XLA compiles once.
 """
 
 import dataclasses
+import math
 import hashlib
 import socket
 import time
@@ -205,7 +206,7 @@ class ArrayBatches(keras.utils.PyDataset):
     def num_batches(self):
         if self.shuffle_seed is not None:
             return None  # endless: fit's steps_per_epoch ends each epoch
-        return -(-len(self.labels) // self.batch_size)
+        return math.ceil(len(self.labels) / self.batch_size)
 
     def __getitem__(self, index):
         if self.shuffle_seed is None:
