@@ -382,8 +382,9 @@ def _folder_arrays(folder, input_shape):
         pass  # no cache yet, or an unreadable one: decode
 
     if not _environment.has_tensorflow():
-        raise UserError(f"{folder}'s images are not decoded yet, and decoding needs "
-                        "TensorFlow, not installed here. Where it is, decode them once "
+        raise UserError(f"{folder} has no decoded cache that matches its images (none, "
+                        "stale or damaged), and decoding needs TensorFlow, not installed "
+                        "here. Where it is, decode them once "
                         "(python -m recipes data-benchmark NAME data.source=folder "
                         f"data.path=...), then copy {cache} here with the images, keeping "
                         "their modification times (tar and rsync -a do).")

@@ -312,7 +312,7 @@ def test_without_tensorflow_a_recipe_trains_on_jax_from_the_folder_cache(tmp_pat
     folder = ["data.source=folder", f"data.path={tmp_path / 'images'}"]
     undecoded = run("run", "mnist_mlp", "execution.backend=jax", *folder)
     assert undecoded.returncode == 2
-    assert "decoding needs TensorFlow, not installed here" in undecoded.stderr
+    assert "decoding needs TensorFlow, not installed" in undecoded.stderr
     _data._folder_arrays(tmp_path / "images" / "train", (32, 32, 3))  # here, with TensorFlow
 
     # The README's device command ("Two backends"), in mixed_bfloat16 as the YAML says.
