@@ -1,5 +1,7 @@
 """PNG plots of results: matplotlib, imported only when a plot is drawn."""
 
+from pathlib import Path
+
 import numpy as np
 
 
@@ -106,6 +108,8 @@ def _label_text(label):
 
 
 def _save(figure, path):
+    # A tool's output folder (preview's, curves' --out) may not exist yet.
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     figure.clf()
