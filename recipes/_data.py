@@ -18,6 +18,8 @@ import math
 import hashlib
 import socket
 import time
+import zipfile
+import zlib
 from pathlib import Path
 
 import keras
@@ -378,8 +380,12 @@ def _folder_arrays(folder, input_shape):
                 print(f"loaded the {len(files):,} images of {folder} from {cache} in "
                       f"{time.perf_counter() - started:.1f} s", flush=True)
                 return found
-    except (OSError, ValueError, KeyError):
-        pass  # no cache yet, or an unreadable one: decode
+    except FileNotFoundError:
+        pass  # no cache yet: decode
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+        # A kill or a full disk while copying it leaves a truncated file.
+        print(f"{cache} is damaged ({type(error).__name__}: {error}); decoding the images "
+              "again.", flush=True)
 
     if not _environment.has_tensorflow():
         raise UserError(f"{folder} has no decoded cache that matches its images (none, "
