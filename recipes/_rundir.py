@@ -175,15 +175,16 @@ def _saved_state(backup, suffix):
 
 
 def _keep_epochs(history, epochs):
-    """Drops history.csv's rows from epoch `epochs` on: they are trained again."""
-    if not history.exists():
-        return
-    with history.open() as file:
-        rows = list(csv.reader(file))
-    kept = [rows[0], *[row for row in rows[1:] if row and int(row[0]) < epochs]] if rows else []
-    if len(kept) != len(rows):
+    """Drops history.csv's rows from epoch `epochs` on: they are trained
+    again. A torn row goes too, said so, so that the next row starts on a
+    line of its own."""
+    lines, torn = _whole_lines(history)
+    kept = lines[:1] + [line for line in lines[1:] if int(line.split(",")[0]) < epochs]
+    if torn:
+        print("repaired " + _torn_note(history, torn), flush=True)
+    if torn or len(kept) != len(lines):
         with history.open("w", newline="") as file:
-            csv.writer(file).writerows(kept)
+            file.writelines(kept)
 
 
 def _changed_keys(old, new, prefix=""):
@@ -200,24 +201,63 @@ def _changed_keys(old, new, prefix=""):
     return changed
 
 
-def read_rows(path):
-    """The CSV history's rows as dicts of strings; [] if there is none yet."""
+def read_rows(path, announce=None):
+    """The CSV history's whole rows as dicts of strings; [] if there is none yet.
+
+    A kill while CSVLogger writes a row leaves a torn last line: fewer
+    fields, or a number cut short without its newline. Such a row is left
+    out, and `announce` (e.g. `print`), if given, told so in one line;
+    `check_backup` also removes it from the file before training goes on.
+    """
     path = Path(path)
+    lines, torn = _whole_lines(path)
+    if torn and announce:
+        announce(_torn_note(path, torn))
+    header = next(csv.reader(lines[:1]), None)
+    return [dict(zip(header, fields)) for fields in csv.reader(lines[1:]) if fields]
+
+
+def _whole_lines(path):
+    """(the header and whole rows of the CSV at `path`, its torn rows), as lines."""
     if not path.exists():
-        return []
-    with path.open() as file:
-        return list(csv.DictReader(file))
+        return [], []
+    with path.open(newline="") as file:
+        lines = file.read().splitlines(keepends=True)
+    if not lines or not lines[0].endswith("\n"):  # no header yet, or a torn one
+        return [], lines
+    header, kept, torn = next(csv.reader(lines[:1])), lines[:1], []
+    for line in lines[1:]:
+        fields = next(csv.reader([line]), [])
+        if line.endswith("\n") and len(fields) == len(header) and all(map(_is_number, fields)):
+            kept.append(line)
+        elif line.strip():
+            torn.append(line)
+    return kept, torn
+
+
+def _torn_note(path, torn):
+    return (f"{path}: left out {len(torn)} incomplete row(s), what a kill during a write "
+            f"leaves: {' | '.join(line.strip() for line in torn)}")
+
+
+def _is_number(text):
+    """Whether a history.csv field is a number, or empty or NA (no value)."""
+    try:
+        float(text)
+    except ValueError:
+        return text in ("", "NA")
+    return True
 
 
 def read_column(path, column):
     """One column of the CSV history, as floats, for the epochs that have it."""
-    return [float(row[column]) for row in read_rows(path) if row.get(column)]
+    return [float(row[column]) for row in read_rows(path) if row.get(column) not in (None, "", "NA")]
 
 
 def read_history(path):
     """The CSV history's epochs as dicts of the model's metrics."""
     return [{k: float(v) for k, v in row.items()
-             if k != "epoch" and not k.startswith("time_") and v != ""}
+             if k != "epoch" and not k.startswith("time_") and v not in ("", "NA")}
             for row in read_rows(path)]
 
 

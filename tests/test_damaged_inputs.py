@@ -4,9 +4,12 @@ refused in one line before anything is written: never a traceback."""
 import numpy as np
 import pytest
 
-from recipes import _data
+import recipes
+from recipes import _data, _rundir
+from recipes.tools import curves
 
 from test_data import write_folder
+from test_faults import interrupted_run
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garble"])
@@ -24,3 +27,36 @@ def test_a_damaged_folder_cache_is_decoded_again_and_said_so(damage, tmp_path, c
     assert f"{cache} is damaged" in out and "decoding the 12 images" in out
     np.testing.assert_array_equal(again[0], images)
     assert again[2] == classes and cache.read_bytes() != b"\0" * len(whole)
+
+
+TORN_HISTORY = "epoch,accuracy,loss,val_accuracy,val_loss,time_epoch_s\r\n" \
+               "0,0.5,1.2,0.55,1.1,6.0\r\n1,0.6,1.0,0.65,0.9,6.0\r\n2,0.7,0.8"
+
+
+def test_a_torn_last_history_row_is_left_out_when_read(tmp_path):
+    history = tmp_path / "history.csv"
+    history.write_bytes(TORN_HISTORY.encode())
+    assert [row["accuracy"] for row in _rundir.read_history(history)] == [0.5, 0.6]
+    assert history.read_bytes() == TORN_HISTORY.encode()  # reading alone changes nothing
+
+
+def test_curves_on_a_torn_history_leaves_the_row_out_and_says_so(tmp_path, capsys):
+    (tmp_path / "history.csv").write_bytes(TORN_HISTORY.encode())
+    _, minutes, accuracy = curves.read_curve(tmp_path)
+    assert accuracy == [0.55, 0.65] and minutes == [0.1, 0.2]
+    assert "left out 1 incomplete row(s)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_torn_history_row_is_repaired_and_the_run_resumes(tiny_config, tmp_path, capsys):
+    interrupted_run(tiny_config, epochs_done=3)  # a kill while writing epoch 3's row
+    history = tmp_path / "run" / "history.csv"
+    with history.open("a") as file:
+        file.write("3,0.1")
+    capsys.readouterr()
+
+    metrics = recipes.load("mnist_mlp").run(tiny_config("mnist_mlp", "train.epochs=5"))
+
+    assert "repaired" in capsys.readouterr().out
+    assert [int(row["epoch"]) for row in _rundir.read_rows(history)] == [0, 1, 2, 3, 4]
+    assert "3,0.1" not in history.read_text() and metrics["epochs_completed"] == 5

@@ -5,13 +5,12 @@ callback, and `val_accuracy`) and draws one line per run: what a time budget
 buys. Writes `accuracy_vs_time.png` into the first run directory, or `--out`.
 """
 
-import csv
 import itertools
 from pathlib import Path
 
 import yaml
 
-from recipes import UserError
+from recipes import UserError, _rundir
 from recipes.tools import Command, plots
 
 
@@ -23,8 +22,7 @@ def read_curve(run_dir):
     if not history.is_file():
         raise UserError(f"{run_dir} holds no history.csv: give the directory of a run "
                         "(runs/NAME/<timestamp>).")
-    with history.open() as file:
-        rows = list(csv.DictReader(file))
+    rows = _rundir.read_rows(history, announce=print)  # a torn last row left out, said so
     if not rows or "val_accuracy" not in rows[0] or "time_epoch_s" not in rows[0]:
         raise UserError(f"{history} has no val_accuracy and time_epoch_s columns.")
     minutes = list(itertools.accumulate(float(row["time_epoch_s"]) / 60 for row in rows))
