@@ -136,6 +136,8 @@ class Experiment:
         `multi_worker`, only the chief writes the run's files; each other
         worker keeps its own training state in `workers/worker-I/` beside them.
         """
+        if self.config["run"]["dir"] is not None:  # before choose() changes anything there
+            _rundir.check_backup_fits(self.config["run"]["dir"], self.model)
         run_dir = _rundir.choose(self.config)
         if not self.chief:
             run_dir = run_dir / "workers" / f"worker-{_rundir.worker_task()[0]}"

@@ -149,6 +149,51 @@ def check_backup(run_dir):
     return epochs or 0
 
 
+def check_backup_fits(run_dir, model):
+    """Refuses to resume or extend the run in `run_dir` when its saved state
+    holds weights of other shapes than `model`'s, e.g. after a class was
+    added to the data folder; before anything in the directory changes.
+
+    A backup that cannot be read is left to `check_backup`.
+
+    Raises:
+        UserError: a weight's shape differs, or the layers differ.
+    """
+    weights = Path(run_dir).expanduser() / "backup" / BACKUP_WEIGHTS
+    if not weights.is_file():
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        expected = Path(scratch) / "model.weights.h5"
+        model.save_weights(expected)  # the layout this model saves and loads
+        try:
+            saved = _layer_shapes(weights)
+        except (OSError, KeyError):
+            return
+        wanted = _layer_shapes(expected)
+    differing = sorted(path for path in saved.keys() | wanted.keys()
+                       if saved.get(path) != wanted.get(path))
+    if differing:
+        path = differing[0]
+        raise UserError(
+            f"Cannot resume {run_dir}: its saved state does not fit the model built now "
+            f"({path}: {saved.get(path, 'absent')} there, {wanted.get(path, 'absent')} now). "
+            "Did the data change, e.g. a class folder added to data.path? Train it as a new "
+            "run (another run.dir), or restore the data the run was trained on.")
+
+
+def _layer_shapes(weights_file):
+    """{path: shape} of every layer weight in a Keras `.weights.h5` file."""
+    import h5py  # Keras' own dependency, for its .weights.h5 files
+
+    shapes = {}
+    with h5py.File(weights_file, "r") as file:
+        file["layers"].visititems(lambda path, item: shapes.__setitem__(path, item.shape)
+                                  if isinstance(item, h5py.Dataset) else None)
+    return shapes
+
+
 def _saved_state(backup, suffix):
     """(finished epochs, None) for a whole state in `backup`, else (None, what is wrong)."""
     weights, metadata = backup / (BACKUP_WEIGHTS + suffix), backup / (BACKUP_METADATA + suffix)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import recipes
-from recipes import _data, _rundir
+from recipes import UserError, _data, _rundir
 from recipes.tools import curves
 
 from test_data import write_folder
@@ -60,3 +60,20 @@ def test_a_torn_history_row_is_repaired_and_the_run_resumes(tiny_config, tmp_pat
     assert "repaired" in capsys.readouterr().out
     assert [int(row["epoch"]) for row in _rundir.read_rows(history)] == [0, 1, 2, 3, 4]
     assert "3,0.1" not in history.read_text() and metrics["epochs_completed"] == 5
+
+
+@pytest.mark.slow
+def test_a_class_added_to_the_folder_is_refused_before_any_file_changes(tiny_config, tmp_path):
+    write_folder(tmp_path / "data")
+    folder = ["data.source=folder", f"data.path={tmp_path / 'data'}", "data.validation_split=0.25",
+              "data.batch_size=4"]
+    recipe = recipes.load("mnist_mlp")
+    recipe.run(tiny_config("mnist_mlp", *folder))
+    run_dir = tmp_path / "run"
+    before = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+    write_folder(tmp_path / "data", classes=("emu",))
+
+    with pytest.raises(UserError, match="saved state does not fit.*class folder added"):
+        recipe.build(tiny_config("mnist_mlp", *folder, "train.epochs=2")).open_run_dir()
+
+    assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == before
