@@ -246,41 +246,54 @@ def _count(dataset):
     return int(dataset.reduce(0, lambda n, _: n + 1))
 
 
-def _split_names(validation_split):
-    """tfds split names: train, validation (None for none), test."""
-    if validation_split == 0:
-        return "train", None, "test"
-    percent = round(100 * (1 - validation_split))
-    return f"train[:{percent}%]", f"train[{percent}%:]", "test"
-
-
 def _tfds_splits(data_config):
+    """(train, validation, test) from tensorflow-datasets: the validation
+    images are the last `data.validation_split` of its train split, counted
+    exactly (tfds' percent slices round to whole percent); None for 0."""
     import tensorflow_datasets as tfds
 
-    train, validation, test = _split_names(data_config["validation_split"])
-    splits = [train, test] if validation is None else [train, validation, test]
-    load_args = dict(split=splits, as_supervised=True, try_gcs=True,
+    load_args = dict(split=["train", "test"], as_supervised=True, try_gcs=True,
                      data_dir=data_config["dir"])
     try:
-        return _with_validation(tfds.load(data_config["name"], download=False, **load_args))
-    except AssertionError:
-        pass  # not prepared in data_dir yet: fetch TFDS's prepared copy
-    if not _reachable(*TFDS_HOST):
-        where = data_config["dir"] or "~/tensorflow_datasets"
-        raise UserError(
-            f"Dataset '{data_config['name']}' is not in {where} and "
-            f"{TFDS_HOST[0]} cannot be reached, so it cannot be downloaded. "
-            "Either train on random data with data.source=synthetic, or on a "
-            "connected machine run `python -c \"import tensorflow_datasets as "
-            f"tfds; tfds.load('{data_config['name']}', try_gcs=True)\"`, copy "
-            "its ~/tensorflow_datasets folder here and pass data.dir=PATH.")
-    print(f"Downloading {data_config['name']} into {data_config['dir'] or '~/tensorflow_datasets'} ...")
-    return _with_validation(tfds.load(data_config["name"], download=True, **load_args))
+        train, test = tfds.load(data_config["name"], download=False, **load_args)
+    except AssertionError:  # not prepared in data_dir yet: fetch TFDS's prepared copy
+        if not _reachable(*TFDS_HOST):
+            where = data_config["dir"] or "~/tensorflow_datasets"
+            raise UserError(
+                f"Dataset '{data_config['name']}' is not in {where} and "
+                f"{TFDS_HOST[0]} cannot be reached, so it cannot be downloaded. "
+                "Either train on random data with data.source=synthetic, or on a "
+                "connected machine run `python -c \"import tensorflow_datasets as "
+                f"tfds; tfds.load('{data_config['name']}', try_gcs=True)\"`, copy "
+                "its ~/tensorflow_datasets folder here and pass data.dir=PATH.") from None
+        print(f"Downloading {data_config['name']} into {data_config['dir'] or '~/tensorflow_datasets'} ...")
+        train, test = tfds.load(data_config["name"], download=True, **load_args)
+    if data_config["validation_split"] == 0:
+        return train, None, test
+    total = _count(train)
+    kept = total - held_out_count(total, data_config["validation_split"],
+                                  f"the {total:,} images of {data_config['name']}'s train split")
+    return train.take(kept), train.skip(kept), test
 
 
-def _with_validation(splits):
-    """(train, validation, test); validation None when only train and test were loaded."""
-    return tuple(splits) if len(splits) == 3 else (splits[0], None, splits[1])
+# Fewer validation images than this make val_ metrics, and so best.keras, noise.
+MIN_VALIDATION_IMAGES = 100
+
+
+def held_out_count(total, validation_split, what):
+    """How many of `total` training images `validation_split` holds out for
+    validation: refused when none, warned about when fewer than
+    MIN_VALIDATION_IMAGES."""
+    count = round(total * validation_split)
+    if count == 0:
+        raise UserError(f"data.validation_split={validation_split} of {what} holds out no image "
+                        "to validate on. Raise it (0.1 is usual), or set it to 0 to validate "
+                        "on the test split.")
+    if count < MIN_VALIDATION_IMAGES:
+        print(f"warning: data.validation_split={validation_split} of {what} holds out "
+              f"{count} image(s): the val_ metrics, and so the best checkpoint, rest on them "
+              f"alone. Hold out at least {MIN_VALIDATION_IMAGES}.", flush=True)
+    return count
 
 
 def _reachable(host, port, timeout_s=10):
@@ -323,7 +336,8 @@ def _folder_splits(data_config, input_shape):
     images, labels, classes = _folder_arrays(root / "train", input_shape)
     order = np.random.default_rng(0).permutation(len(labels))
     split = data_config["validation_split"]
-    held_out = max(1, round(len(labels) * split)) if split else 0
+    held_out = held_out_count(len(labels), split, f"the {len(labels):,} images in "
+                              f"{root / 'train'}") if split else 0
     kept, validation = order[held_out:], order[:held_out]
     splits = [(images[part], labels[part]) for part in (kept, validation)]
     if (root / "test").is_dir():

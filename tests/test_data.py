@@ -94,9 +94,6 @@ def test_validation_split_zero_trains_on_every_training_image_and_validates_on_t
 
 
 def test_validation_split_zero_on_tensorflow_datasets_uses_the_whole_train_split():
-    assert _data._split_names(0) == ("train", None, "test")
-    assert _data._split_names(0.1) == ("train[:90%]", "train[90%:]", "test")
-    # Mock data ignores split slices, so this checks the loading path, not the sizes.
     with tfds.testing.mock_data(num_examples=40):
         data = _data.load(data_config("data.source=tfds", "data.validation_split=0"))
     assert data.train_examples == 40 and data.validated_on == "test"
