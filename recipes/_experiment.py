@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import json
 import math
+import shlex
 import sys
 import warnings
 
@@ -216,7 +217,8 @@ class Experiment:
                   f"{t['images_per_s']:.0f} images/s, trace {t['trace_s']:.2f} s")
         logs = run_dir / "tensorboard"
         print(f"results: {run_dir}/metrics.json"
-              + (f"; TensorBoard: tensorboard --logdir {logs}" if logs.is_dir() else ""),
+              + (f"; TensorBoard: tensorboard --logdir {shlex.quote(str(logs))}"
+                 if logs.is_dir() else ""),
               flush=True)
         return metrics
 

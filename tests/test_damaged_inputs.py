@@ -1,5 +1,8 @@
 """Damaged or changed files a run reads are repaired, said so in one line, or
-refused in one line before anything is written: never a traceback."""
+refused in one line before anything is written: never a traceback. And what
+a run prints works as printed."""
+
+import shlex
 
 import numpy as np
 import pytest
@@ -77,3 +80,12 @@ def test_a_class_added_to_the_folder_is_refused_before_any_file_changes(tiny_con
         recipe.build(tiny_config("mnist_mlp", *folder, "train.epochs=2")).open_run_dir()
 
     assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == before
+
+
+@pytest.mark.slow
+def test_the_tensorboard_hint_is_quoted_for_the_shell(tiny_config, tmp_path, capsys):
+    run_dir = tmp_path / "my runs" / "it's here"
+    recipes.load("mnist_mlp").run(tiny_config("mnist_mlp", f"run.dir={run_dir}"))
+    [hint] = [line for line in capsys.readouterr().out.splitlines() if "--logdir" in line]
+    command = hint.split("TensorBoard: ")[1]
+    assert shlex.split(command) == ["tensorboard", "--logdir", str(run_dir / "tensorboard")]

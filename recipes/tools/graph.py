@@ -8,6 +8,7 @@ hand-written training step of `compare`'s loop modes
 graph ops.
 """
 
+import shlex
 from pathlib import Path
 
 import recipes
@@ -47,7 +48,7 @@ def write_graph(name, config_files=(), overrides=()):
         "(tf.autograph.to_code).\n" + tf.autograph.to_code(loops.step_body(model)))
     print(f"graph of {name}'s training step ({config['execution']['mode']} mode, "
           f"{len(graph.get_operations())} ops): {log_dir}\n"
-          f"  open it: tensorboard --logdir {out_dir / 'tensorboard'}  (Graphs tab)\n"
+          f"  open it: tensorboard --logdir {shlex.quote(str(out_dir / 'tensorboard'))}  (Graphs tab)\n"
           f"AutoGraph's code for the hand-written step: {code_path}")
     return out_dir
 

@@ -8,6 +8,7 @@ table op by op; nothing in it adds it up by kind, so this does.
 """
 
 import json
+import shlex
 from pathlib import Path
 
 import recipes
@@ -84,7 +85,7 @@ def profile(name, config_files=(), overrides=()):
                     f"{experiment.data.batch_size}, {config['execution']['precision']})\n\n"
                     + table + "\n")
     print(path.read_text() + f"\nwritten to {path}; the trace: tensorboard --logdir "
-          f"{out_dir / 'tensorboard'} (Profile tab)")
+          f"{shlex.quote(str(out_dir / 'tensorboard'))} (Profile tab)")
     return path
 
 
