@@ -13,7 +13,7 @@ import signal
 import sys
 
 import recipes
-from recipes import UserError, _config, _environment
+from recipes import UserError, _config, _environment, _rundir
 from recipes.tools import (Command, augment_bench, compare, curves, data_bench, graph, memory,
                            multiworker, preview, profile, soak, sweep)
 
@@ -150,6 +150,5 @@ if __name__ == "__main__":
     if status == 130:
         again = ("the same command" if "sweep" in sys.argv[1:2] else
                  "the same command with run.resume=true (or the same run.dir)")
-        print(f"\ninterrupted: finished epochs are saved; run {again} to continue.",
-              file=sys.stderr)
+        print("\n" + _rundir.interrupt_note(again), file=sys.stderr)
     sys.exit(status)

@@ -146,7 +146,29 @@ def check_backup(run_dir):
               "starting this run from the beginning.", flush=True)
         shutil.rmtree(backup, ignore_errors=True)
     _keep_epochs(history, epochs or 0)
+    global training_in
+    training_in = run_dir
     return epochs or 0
+
+
+# The run directory this process last checked and then trains in: what an
+# interrupt has to report on (interrupt_note).
+training_in = None
+
+
+def interrupt_note(again):
+    """The line to print when Ctrl-C stops this process: what was saved, and
+    `again`, the command that continues it."""
+    if training_in is None:
+        return "interrupted before a run started: nothing was saved."
+    backup = training_in / "backup"
+    # A Ctrl-C during the backup's write leaves the previous state whole.
+    epochs = _saved_state(backup, "")[0] or _saved_state(backup, ".bkp")[0]
+    if not epochs:
+        return (f"interrupted before the first epoch of {training_in} finished: no epoch "
+                "was saved; the same command starts it again.")
+    return (f"interrupted: {epochs} finished epoch(s) are saved in {training_in}; "
+            f"run {again} to continue.")
 
 
 def check_backup_fits(run_dir, model):

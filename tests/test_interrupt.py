@@ -1,0 +1,40 @@
+"""Ctrl-C says what it saved: the finished epochs, or that none finished."""
+
+import json
+import signal
+import subprocess
+import sys
+
+import h5py
+import pytest
+
+from conftest import ROOT, TINY
+from recipes import _rundir
+
+
+@pytest.mark.slow
+def test_an_interrupt_before_the_first_epoch_says_nothing_was_saved(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "recipes", "run", "mnist_mlp", *TINY, "train.steps_per_epoch=100000",
+         "data.synthetic_examples=256", f"run.dir={run_dir}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in process.stdout:
+        if line.startswith("run directory:"):
+            break
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err[-2000:]
+    assert f"interrupted before the first epoch of {run_dir} finished: no epoch was saved" in err
+    assert "finished epochs are saved" not in err
+
+
+def test_the_interrupt_note_counts_the_saved_epochs(tmp_path, monkeypatch):
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    with h5py.File(backup / _rundir.BACKUP_WEIGHTS, "w") as file:
+        file["layers/dense/vars/0"] = [1.0]
+    (backup / _rundir.BACKUP_METADATA).write_text(json.dumps({"epoch": 3}))
+    monkeypatch.setattr(_rundir, "training_in", tmp_path)
+    assert _rundir.interrupt_note("X") == (
+        f"interrupted: 3 finished epoch(s) are saved in {tmp_path}; run X to continue.")
