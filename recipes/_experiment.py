@@ -72,29 +72,61 @@ def learning_rate(config, strategy):
 
 def learning_rate_schedule(train_config, steps_per_epoch, lr):
     """The learning rate per optimizer step that `train.schedule` names,
-    peaking at `lr`.
+    peaking at `lr`, after a linear warm-up from 0 over `train.warmup_epochs`
+    if there is one.
 
     `step`: the paper's, `lr` divided by 10 at 50% and again at 75% of the
-    steps. `cosine`: a linear warm-up over `train.warmup_epochs`, then cosine
-    decay to 0. `constant`: `lr` throughout, after the warm-up if there is one.
+    steps. `cosine`: cosine decay to 0. `constant`: `lr` throughout.
     The schedules count optimizer steps, which a resumed run restores.
     """
     total = train_config["epochs"] * steps_per_epoch
     warmup = train_config["warmup_epochs"] * steps_per_epoch
-    if train_config["schedule"] == "step":
-        # The rate moves on once `step` passes a boundary; step n is the (n+1)th.
-        return keras.optimizers.schedules.PiecewiseConstantDecay(
-            boundaries=[total // 2 - 1, total * 3 // 4 - 1], values=[lr, lr / 10, lr / 100])
-    if train_config["schedule"] == "constant" and not warmup:
-        return lr
-    if warmup >= total:
+    if warmup and warmup >= total:
         raise UserError(f"train.warmup_epochs={train_config['warmup_epochs']} leaves "
                         f"no epoch of the {train_config['epochs']} to train after it; lower it.")
+    if train_config["schedule"] == "step":
+        # The rate moves on once `step` passes a boundary; step n is the (n+1)th.
+        steps = keras.optimizers.schedules.PiecewiseConstantDecay(
+            boundaries=[total // 2 - 1, total * 3 // 4 - 1], values=[lr, lr / 10, lr / 100])
+        return LinearWarmup(steps, warmup, lr) if warmup else steps
+    if train_config["schedule"] == "constant" and not warmup:
+        return lr
     # alpha is the floor of the decay, as a fraction of lr: 1 keeps it constant.
     return keras.optimizers.schedules.CosineDecay(
         initial_learning_rate=0.0 if warmup else lr, decay_steps=total - warmup,
         alpha=1.0 if train_config["schedule"] == "constant" else 0.0,
         warmup_target=lr if warmup else None, warmup_steps=warmup)
+
+
+@keras.saving.register_keras_serializable(package="recipes")
+class LinearWarmup(keras.optimizers.schedules.LearningRateSchedule):
+    """A linear rise from 0 to `target` over `warmup_steps`, then `after`,
+    which counts steps from the start of training, as CosineDecay's
+    `warmup_steps` does. For schedules that have no warm-up of their own.
+
+    Args:
+        after: the `LearningRateSchedule` to follow from `warmup_steps` on.
+        warmup_steps: how many optimizer steps the rise takes.
+        target: the rate it reaches, `after`'s first.
+    """
+
+    def __init__(self, after, warmup_steps, target):
+        if warmup_steps < 1:
+            raise ValueError(f"warmup_steps must be at least 1, got {warmup_steps}.")
+        self.after, self.warmup_steps, self.target = after, warmup_steps, target
+
+    def __call__(self, step):
+        step = keras.ops.cast(step, "float32")
+        rising = self.target * step / self.warmup_steps
+        return keras.ops.where(step < self.warmup_steps, rising, self.after(step))
+
+    def get_config(self):
+        return {"after": keras.optimizers.schedules.serialize(self.after),
+                "warmup_steps": self.warmup_steps, "target": self.target}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(keras.optimizers.schedules.deserialize(config.pop("after")), **config)
 
 
 class Experiment:
