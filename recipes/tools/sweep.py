@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config
+from recipes import RUNS_DIR, UserError, _config, _rundir
 from recipes.tools import Command
 from recipes.tools.tables import markdown_table, write_csv
 
@@ -121,7 +121,11 @@ def _command_id(grid, config_files, overrides, one_at_a_time):
 
 def _row(metrics):
     epoch_s = metrics["timing"]["epoch_s"]
-    best = metrics["best"].get("val_accuracy")
+    # The best epoch's, whatever callbacks.monitor picked for best.keras.
+    accuracies = [epoch["val_accuracy"] for epoch in
+                  _rundir.read_history(Path(metrics["run_dir"]) / "history.csv")
+                  if "val_accuracy" in epoch]
+    best = max(accuracies, default=None)
     return {
         "params": metrics["trainable_params"],
         "best_val_accuracy": None if best is None else round(best, 4),
