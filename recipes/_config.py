@@ -14,6 +14,7 @@ import ast
 import copy
 import difflib
 import math
+import re
 from pathlib import Path
 
 import yaml
@@ -119,22 +120,33 @@ def resolve(name, config_files=(), overrides=(), announce=print):
     """
     module = module_of(name)
     config = copy.deepcopy(DEFAULTS)
-    module_yaml = CONFIGS_DIR / f"{module}.yaml"
-    if module_yaml.exists():
-        for key, value in _flatten(_read_yaml(module_yaml, module)).items():
-            if key.partition(".")[0] not in DEFAULTS:
-                raise UserError(f"{module_yaml}: unknown section in '{key}'; "
-                                f"sections are {', '.join(DEFAULTS)}.")
-            _set(config, key, value)
     types, choices = {**TYPES}, {**CHOICES}
     for key, entry in recipe_schema(module).items():
         if isinstance(entry, list):
             choices[key] = entry
         else:
             types[key] = TYPES_BY_NAME[entry]
-    schema = {key: (types.get(key, type(value)), value is None, choices.get(key),
-                    _number_items(value))
-              for key, value in _flatten(config).items()}
+
+    def schema_of(tree):
+        return {key: (types.get(key, type(value)), value is None, choices.get(key),
+                      _number_items(value))
+                for key, value in _flatten(tree).items()}
+
+    # The module's YAML is checked as a user's file is: against the defaults
+    # for their keys, against CONFIG_SCHEMA for the keys it adds.
+    module_yaml = CONFIGS_DIR / f"{module}.yaml"
+    if module_yaml.exists():
+        known = schema_of(DEFAULTS)
+        for key, value in _flatten(_read_yaml(module_yaml, module)).items():
+            if key.partition(".")[0] not in DEFAULTS:
+                raise UserError(f"{module_yaml}: unknown section in '{key}'; "
+                                f"sections are {', '.join(DEFAULTS)}.")
+            if key not in known:  # a key of its own: typed by CONFIG_SCHEMA, or by this value
+                if isinstance(value, str) and NUMBER_READ_AS_TEXT.fullmatch(value):
+                    value = float(value)
+                known[key] = (types.get(key, type(value)), True, choices.get(key), None)
+            _set(config, key, _checked(known, key, value, f"in {module_yaml}"))
+    schema = schema_of(config)
 
     layers = [CONFIGS_DIR / f"{name}.yaml"] if name != module else []
     for path in [*layers, *map(Path, config_files)]:
@@ -289,6 +301,11 @@ def _checked(schema, key, value, origin):
     if key in LIMITS and not LIMITS[key][0](value):
         raise UserError(f"Config key '{key}' must be {LIMITS[key][1]}, got {value!r} {origin}.")
     return value
+
+
+# What YAML 1.1 (PyYAML) reads as a string although it means a number: an
+# exponent without a dot, 1e-4; read as the number, as a user's value is.
+NUMBER_READ_AS_TEXT = re.compile(r"[-+]?(\d+|\d*\.\d+)[eE][-+]?\d+")
 
 
 def _number_items(default):
