@@ -58,8 +58,13 @@ def flip(engine, seed, mode="horizontal"):
     return _images_only(_layers(engine).RandomFlip(mode, seed=seed, dtype="float32"))
 
 
-def pad_crop(engine, seed, padding=4):
-    """Zero-pads by `padding` pixels, then crops each image back at a random offset.
+def pad_crop(engine, seed, padding=4, fill="black"):
+    """Pads by `padding` pixels, then crops each image back at a random offset.
+
+    `fill` is what the padding holds: `black` (0), or `mean`, the batch's
+    mean colour per channel, which is what the DenseNet paper's code pads
+    with: it normalizes first, then pads with zeros (liuzhuang13/DenseNet,
+    `datasets/cifar10.lua`).
 
     Our own, the same for both engines: Keras' RandomCrop shifts a whole batch
     by one offset, and keras-cv's resamples the window (some crops come out
@@ -69,14 +74,18 @@ def pad_crop(engine, seed, padding=4):
     `PadCrop`, the same in `keras.ops`.
     """
     del engine  # the same code for both
-    layer = PadCrop(padding, seed=seed, dtype="float32")
+    if fill not in FILLS:
+        raise UserError(f"pad_crop's fill must be one of {', '.join(FILLS)}, got {fill!r}.")
+    layer = PadCrop(padding, fill, seed=seed, dtype="float32")
 
     def apply(images, labels):
         tf = sys.modules.get("tensorflow")  # not imported: `images` is not its tensor
         if tf is None or not isinstance(images, tf.Tensor):
             return layer(images, training=True), labels
         batch, height, width = tf.unstack(tf.shape(images)[:3])
-        padded = tf.pad(images, [[0, 0], [padding, padding], [padding, padding], [0, 0]])
+        colour = tf.reduce_mean(images, axis=[0, 1, 2], keepdims=True) if fill == "mean" else 0.0
+        padded = tf.pad(images - colour, [[0, 0], [padding, padding], [padding, padding],
+                                          [0, 0]]) + colour
         offsets = tf.random.uniform([batch, 2], 0, 2 * padding + 1, tf.int32, seed=seed)
         rows = offsets[:, :1] + tf.range(height)
         columns = offsets[:, 1:] + tf.range(width)
@@ -88,17 +97,18 @@ def pad_crop(engine, seed, padding=4):
 
 @keras.saving.register_keras_serializable(package="recipes")
 class PadCrop(keras.layers.Layer):
-    """Zero-pads a batch by `padding` pixels and crops each image back at its
-    own random offset, by whole pixels, in `keras.ops`: any backend's step.
+    """Pads a batch by `padding` pixels and crops each image back at its own
+    random offset, by whole pixels, in `keras.ops`: any backend's step.
 
     Args:
         padding: pixels added on each side, and so the largest shift.
+        fill: `black` pads with 0; `mean` with the batch's mean colour.
         seed: seeds the layer's `SeedGenerator`.
     """
 
-    def __init__(self, padding=4, seed=None, **kwargs):
+    def __init__(self, padding=4, fill="black", seed=None, **kwargs):
         super().__init__(**kwargs)
-        self.padding, self.seed = padding, seed
+        self.padding, self.fill, self.seed = padding, fill, seed
         self.seed_generator = keras.random.SeedGenerator(seed)
 
     def call(self, images, training=True):
@@ -106,7 +116,8 @@ class PadCrop(keras.layers.Layer):
             return images
         p = self.padding
         batch, height, width = ops.shape(images)[:3]
-        padded = ops.pad(images, [[0, 0], [p, p], [p, p], [0, 0]])
+        colour = ops.mean(images, axis=(0, 1, 2), keepdims=True) if self.fill == "mean" else 0.0
+        padded = ops.pad(images - colour, [[0, 0], [p, p], [p, p], [0, 0]]) + colour
         offsets = keras.random.randint((batch, 2), 0, 2 * p + 1, seed=self.seed_generator)
         rows = offsets[:, :1] + ops.arange(height)  # (batch, height)
         columns = offsets[:, 1:] + ops.arange(width)
@@ -117,7 +128,12 @@ class PadCrop(keras.layers.Layer):
         return input_shape
 
     def get_config(self):
-        return {**super().get_config(), "padding": self.padding, "seed": self.seed}
+        return {**super().get_config(), "padding": self.padding, "fill": self.fill,
+                "seed": self.seed}
+
+
+# What pad_crop's padding holds: 0, or the batch's mean colour per channel.
+FILLS = ("black", "mean")
 
 
 def shift(engine, seed, factor=0.1, fill_mode="nearest"):

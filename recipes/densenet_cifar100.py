@@ -6,7 +6,11 @@ reaches 22.27% test error on CIFAR-100 with standard augmentation, i.e. 77.73%
 accuracy, and 4.51% error (95.49%) on CIFAR-10, which `densenet_cifar10` runs
 with this same code. The protocol: SGD with Nesterov momentum 0.9, learning
 rate 0.1 divided by 10 at 50% and 75% of 300 epochs, batch 64, weight decay
-1e-4, per-channel normalization, pad-4 random crops and horizontal flips.
+1e-4, per-channel normalization, pad-4 random crops (padded with the mean
+colour, as the reference code's zero padding of normalized images is) and
+horizontal flips, batch-norm momentum 0.9 (Torch's 0.1), and all 50,000
+training images trained (no held-out split). What still differs: README,
+"DenseNet on CIFAR".
 Not reproduced here: the full protocol takes hours on a GPU, and none has
 been lent to this repository; README, "DenseNet on CIFAR", has what was
 measured on the CPU.

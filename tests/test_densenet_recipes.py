@@ -24,7 +24,8 @@ def test_yaml_recipes_layer_over_their_module():
     # Everything else is the paper's protocol, from the module's YAML.
     assert {**cifar10, "recipe": None, "data": None} == {**paper, "recipe": None, "data": None}
     assert paper["model"]["variant"] == "densenet_bc100_k12"
-    assert paper["train"]["schedule"] == "step" and paper["data"]["augment"] == ["pad_crop", "flip"]
+    assert paper["train"]["schedule"] == "step"
+    assert paper["data"]["augment"] == [{"pad_crop": {"fill": "mean"}}, "flip"]
     assert (paper["data"]["batch_size"], paper["train"]["epochs"], paper["train"]["lr"]) == (64, 300, 0.1)
 
 
