@@ -51,45 +51,63 @@ def test_callbacks_reject_bad_arguments():
         Timing(batch_size=0)
 
 
-def train_with_timing(dataset, steps=12, model=None):
-    if model is None:
-        model = tiny_model()
-        model.compile(optimizer="sgd", loss="mse")
-    timing = Timing(batch_size=4)
-    model.fit(timing.instrument(dataset), epochs=2, steps_per_epoch=steps,
-              callbacks=[timing], verbose=0)
-    return timing.summary()
-
-
 def batches():
     return tf.data.Dataset.from_tensors(
         (tf.zeros((4, 8, 8, 1)), tf.zeros((4, 2)))).repeat()
 
 
-def test_timing_sees_a_slow_input_pipeline():
-    def slow(x, y):
-        x = tf.numpy_function(lambda a: (time.sleep(0.05), a)[1], [x], tf.float32)
-        return tf.ensure_shape(x, (4, 8, 8, 1)), y
+class StepClock:
+    """Stands in for the `time` module in callbacks.timing during `fit`:
+    `perf_counter` reads as if the steps of each epoch took the seconds that
+    `epochs` lists, and `time` reads the real clock `behind` seconds late, so
+    that each step seems to have started that long before the input pipeline
+    stamped its batch (with tf.timestamp, the real clock)."""
 
-    summary = train_with_timing(batches().map(slow))
-    # The model takes well under a millisecond; the input takes 50 ms.
-    assert summary["step_ms_median"] >= 45
-    assert summary["input_wait_fraction"] > 0.8
+    def __init__(self, epochs, behind=0.0):
+        self.readings, now = [], 0.0
+        for steps in epochs:
+            self.readings.append(now)  # on_epoch_begin
+            for seconds in steps:
+                self.readings += [now, now + seconds]  # on_train_batch_begin, _end
+                now += seconds
+            self.readings.append(now + 1.0)  # on_epoch_end, after validation, say
+            now += 2.0
+        self.behind = behind
+
+    def perf_counter(self):
+        return self.readings.pop(0)
+
+    def time(self):
+        return time.time() - self.behind
 
 
-def test_timing_summary_is_consistent():
+def train_with_timing(monkeypatch, epochs, behind=0.0):
+    """Two-class `fit` of a tiny model, timed by `StepClock(epochs, behind)`."""
+    monkeypatch.setattr(timing_module, "time", StepClock(epochs, behind))
     model = tiny_model()
     model.compile(optimizer="sgd", loss="mse")
-    summary = train_with_timing(batches(), model=model)
-    assert len(summary["epoch_s"]) == 2
-    # Two epochs of 12 steps, less the first (tracing) step.
-    assert summary["images_per_s"] == pytest.approx(
-        4 / (summary["step_ms_median"] / 1000), rel=0.5)
-    # trace_s is what tracing costs: the same model trained again calls the
-    # train function it traced before, so its first step is a steady one.
-    again = train_with_timing(batches(), model=model)
-    assert summary["trace_s"] > 5 * summary["step_ms_median"] / 1000
-    assert again["trace_s"] < 0.2 * summary["trace_s"]
+    timing = Timing(batch_size=4)
+    model.fit(timing.instrument(batches()), epochs=len(epochs), steps_per_epoch=len(epochs[0]),
+              callbacks=[timing], verbose=0)
+    return timing.summary()
+
+
+def test_timing_summary_is_consistent(monkeypatch):
+    # Two epochs of 5 steps; the first step traces for 3 s.
+    summary = train_with_timing(monkeypatch, [[3.0, 0.1, 0.2, 0.1, 0.4], [0.1, 0.1, 0.2, 0.4, 0.1]])
+    assert summary["epoch_s"] == pytest.approx([3.8 + 1.0, 0.9 + 1.0])
+    assert summary["first_step_s"] == pytest.approx(3.0)
+    assert summary["step_ms_median"] == pytest.approx(100)  # of the 9 steps after the first
+    assert summary["trace_s"] == pytest.approx(3.0 - 0.1)  # beyond a median step
+    assert summary["images_per_s"] == pytest.approx(9 * 4 / 1.7)
+    assert (summary["step_ms_p10"], summary["step_ms_p90"]) == pytest.approx((100, 400))
+
+
+def test_timing_sees_a_slow_input_pipeline(monkeypatch):
+    # Steps of 100 s, of which the batch arrived 80 s (plus the real
+    # milliseconds between the hook and the stamp) after the step began.
+    summary = train_with_timing(monkeypatch, [[100.0] * 4] * 2, behind=80.0)
+    assert summary["input_wait_fraction"] == pytest.approx(0.8, abs=0.01)
 
 
 class Clock:
