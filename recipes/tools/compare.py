@@ -122,14 +122,7 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
         row["step_ms_runs"] = [run["step_ms_median"] for run in measured_runs]
         rows.append(row)
 
-    def median_of(mode):
-        return next((row["step_ms_median"] for row in rows if row["mode"] == mode), None)
-
-    eager, loop = median_of("eager"), median_of("loop_function")
-    for row in rows:
-        row["speedup_vs_eager"] = eager / row["step_ms_median"] if eager else None
-        # The framework's overhead over the hand-written graph step; 1.0 is none.
-        row["step_vs_loop_function"] = row["step_ms_median"] / loop if loop else None
+    add_speedups(rows)
     results = {"recipe": name, "steps": steps, "warmup_steps": WARMUP_STEPS, "repeats": repeats,
                "params": measured["params"], "rows": rows, **context}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -140,6 +133,20 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
     if not quiet:
         print("\n" + table + f"\n\nresults: {out_dir}/results.json, table.md, speedup.png")
     return results
+
+
+def add_speedups(rows):
+    """Sets each row's `speedup_vs_eager` and `step_vs_loop_function` from
+    the median step times; None where that mode was not measured."""
+
+    def median_of(mode):
+        return next((row["step_ms_median"] for row in rows if row["mode"] == mode), None)
+
+    eager, loop = median_of("eager"), median_of("loop_function")
+    for row in rows:
+        row["speedup_vs_eager"] = eager / row["step_ms_median"] if eager else None
+        # The framework's overhead over the hand-written graph step; 1.0 is none.
+        row["step_vs_loop_function"] = row["step_ms_median"] / loop if loop else None
 
 
 SCALING_COLUMNS = ["strategy", "replicas", "global_batch", "step_ms_median", "images_per_s",
