@@ -66,21 +66,22 @@ def float32_policy():
         sys.modules["keras"].mixed_precision.set_global_policy("float32")
 
 
-def fit_as_run(experiment, *more_callbacks):
-    """`model.fit` as a recipe's `run` calls it (run directory, Timing, the
-    standard callbacks), with `more_callbacks` after them.
+def run_with(recipe, config, *more_callbacks):
+    """The recipe module's own `run(config)`, with `more_callbacks` after the
+    callbacks `standard_callbacks` gives it.
 
     Returns:
-        The Timing callback and fit's History.
+        Its metrics, and the `recipes._data.Data` it trained on.
     """
-    from callbacks import Timing
     from recipes import _experiment
 
-    config, model, data = experiment.config, experiment.model, experiment.data
-    run_dir = experiment.open_run_dir()
-    timing = Timing(batch_size=data.batch_size)
-    callbacks = [timing, *_experiment.standard_callbacks(config, run_dir, data), *more_callbacks]
-    history = model.fit(timing.instrument(data.train), validation_data=data.validation,
-                        epochs=config["train"]["epochs"], steps_per_epoch=data.steps_per_epoch,
-                        callbacks=callbacks, verbose=0)
-    return timing, history
+    standard, seen = _experiment.standard_callbacks, {}
+
+    def with_more(config, run_dir, data, *args, **kwargs):
+        seen["data"] = data
+        return [*standard(config, run_dir, data, *args, **kwargs), *more_callbacks]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_experiment, "standard_callbacks", with_more)
+        metrics = recipe.run(config)
+    return metrics, seen["data"]

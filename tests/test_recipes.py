@@ -11,7 +11,7 @@ import tensorflow_datasets as tfds
 
 import recipes
 from callbacks.timing import EPOCH_KEYS
-from conftest import fit_as_run
+from conftest import run_with
 from models import network_of
 from recipes import _data
 from recipes._experiment import Experiment
@@ -64,17 +64,17 @@ def test_recipe_loads_tensorflow_datasets(name, tiny_config):
     """The real tfds loading code, fed by tensorflow-datasets' mock data; for
     a YAML recipe, also its settings on its module's code."""
     config = tiny_config(name, "data.source=tfds")
+    probe = CallCount()
     with tfds.testing.mock_data(num_examples=40):
-        experiment = recipes.load(name).build(config)
-        _, history = fit_as_run(experiment)
-        experiment.model.evaluate(experiment.data.test, verbose=0)
+        metrics, data = run_with(recipes.load(name), config, probe)
     # tfds' 40 mock examples less the validation split, not 64 synthetic ones.
-    assert experiment.data.train_examples == 40 - round(40 * config["data"]["validation_split"])
+    assert data.train_examples == 40 - round(40 * config["data"]["validation_split"])
     # The recipe's own dataset: its YAML's data.name, on its module's model.
     shape, classes = _data.DATASETS[config["data"]["name"]]
-    network = network_of(experiment.model)
+    network = network_of(probe.model)
     assert (tuple(network.input_shape[1:]), network.output_shape[-1]) == (shape, classes)
-    assert len(history.history["loss"]) == 1 and math.isfinite(history.history["loss"][0])
+    assert metrics["epochs_completed"] == 1 and math.isfinite(metrics["final"]["loss"])
+    assert set(metrics["test"]) == {"loss", "accuracy"}
 
 
 def test_a_recipe_learns_learnable_synthetic_data(tiny_config):
@@ -168,17 +168,17 @@ class CallCount(keras.callbacks.Callback):
 def test_mixed_precision_and_steps_per_execution(tiny_config):
     config = tiny_config("mnist_mlp", "execution.precision=mixed_bfloat16",
                          "execution.steps_per_execution=2", "train.steps_per_epoch=4")
-    experiment = recipes.load("mnist_mlp").build(config)
     counter = CallCount()
-    timing, _ = fit_as_run(experiment, counter)
-    assert "bfloat16" in {layer.compute_dtype for layer in experiment.model.layers if layer.weights}
-    assert int(experiment.model.optimizer.iterations) == 4 and counter.calls == 2
+    metrics, _ = run_with(recipes.load("mnist_mlp"), config, counter)
+    assert "bfloat16" in {layer.compute_dtype for layer in counter.model.layers if layer.weights}
+    assert int(counter.model.optimizer.iterations) == 4 and counter.calls == 2
     # The first call (two steps) traces; the second call's time is split
-    # over its two steps, which the timing counts as two steady steps
+    # over its two steps, which the timing counts as two equal steady steps
     # (callbacks/timing.py's own arithmetic: tests/test_callbacks.py).
-    assert len(timing.step_s) == 2 and timing.step_s[0] == timing.step_s[1]
+    timing = metrics["timing"]
+    assert timing["step_ms_p10"] == timing["step_ms_median"] == timing["step_ms_p90"]
     # One call of the train function runs two steps: input wait is not measurable.
-    assert timing.summary()["input_wait_fraction"] is None
+    assert timing["input_wait_fraction"] is None
 
 
 def test_cifar10_cnn_decays_its_rate_as_keras_2_did(tiny_config):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import recipes
-from conftest import ROOT, TINY, fit_as_run
+from conftest import ROOT, TINY, run_with
 from recipes import UserError, _config, _rundir
 
 
@@ -32,10 +32,7 @@ class RecordStartingState(keras.callbacks.Callback):
 
 def fit_with(recipe, config, callback):
     """`run`, with one more callback after the standard ones."""
-    experiment = recipe.build(config)
-    timing, _ = fit_as_run(experiment, callback)
-    test_metrics = experiment.model.evaluate(experiment.data.test, return_dict=True, verbose=0)
-    return experiment.finish(test_metrics, timing)
+    return run_with(recipe, config, callback)[0]
 
 
 @pytest.mark.slow
