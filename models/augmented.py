@@ -68,14 +68,14 @@ class AugmentedModel(keras.Model):
 
     def compile(self, *args, **kwargs):
         super().compile(*args, **kwargs)
+        # Resolved by Keras ("auto"; False if a layer cannot be compiled).
+        self.step_jit_compile = self.jit_compile
         if JAX:
-            # One jitted step, augmentation included: Keras core's layers compile.
-            self.step_jit_compile = self.jit_compile
-            return
-        # Resolved by Keras: False if a layer cannot be compiled. With it on,
-        # fit's function would take the augmentation into XLA: Keras' own
-        # functions stay plain graphs, and call the network's steps compiled.
-        self.step_jit_compile, self.jit_compile = self.jit_compile, False
+            return  # one jitted step, augmentation included: Keras core's layers compile
+        # With it on, fit's function would take the augmentation into XLA:
+        # compiled again, with jit_compile=False, Keras' own functions stay
+        # plain graphs, and call the network's steps compiled.
+        super().compile(*args, **{**kwargs, "jit_compile": False})
         self._set_network_steps(self.step_jit_compile)
         # fit traces its step with AutoGraph off, and keras-cv's layers need
         # it (Python `if`s on tensors): a tf.function of their own turns it on.
