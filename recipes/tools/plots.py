@@ -1,5 +1,7 @@
 """PNG plots of results: matplotlib, imported only when a plot is drawn."""
 
+from pathlib import Path
+
 import numpy as np
 
 
@@ -107,6 +109,8 @@ def _label_text(label):
 
 def _save(figure, path):
     figure.tight_layout()
+    # `preview` names a fresh run directory that nothing has created yet.
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     figure.clf()
     _pyplot().close(figure)
