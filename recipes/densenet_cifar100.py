@@ -7,9 +7,10 @@ accuracy, and 4.51% error (95.49%) on CIFAR-10, which `densenet_cifar10` runs
 with this same code. The protocol: SGD with Nesterov momentum 0.9, learning
 rate 0.1 divided by 10 at 50% and 75% of 300 epochs, batch 64, weight decay
 1e-4, per-channel normalization, pad-4 random crops and horizontal flips.
-Not reproduced here: the full protocol takes hours on a GPU, and none has
-been lent to this repository; README, "DenseNet on CIFAR", has what was
-measured on the CPU.
+Not measured here: the full protocol takes hours on a GPU, and no GPU that
+runs TensorFlow has been available; expect the paper's figures on one
+(docs/densenet.md). The DenseNet measured on a CPU is `densenet_cifar10_cpu`
+(docs/cpu-hour.md).
 
     make recipe NAME=densenet_cifar100                 # the full protocol: hours on a GPU
     make recipe NAME=densenet_cifar100 ARGS="model.variant=densenet40_k12 model.api=sequential"
