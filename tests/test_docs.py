@@ -132,6 +132,12 @@ def test_the_metrics_tables_list_every_field_a_run_writes(tiny_config):
     assert first_column_keys(timing) == set(metrics["timing"])
 
 
+def test_the_readmes_recipe_table_lists_every_recipe_and_no_other():
+    table, = tables(ROOT / "README.md", "## Recipes")
+    listed = [row[0].strip("`") for row in table]
+    assert sorted(listed) == sorted(recipes.names())
+
+
 def layout_block():
     readme = (ROOT / "README.md").read_text()
     return readme.split("\n## Layout\n", 1)[1].split("```", 2)[1]
