@@ -64,7 +64,7 @@ recipe: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make recipe NAME=<recipe> [ARGS=\"key=value ...\"]; recipes:"; $(PY) -m recipes list; exit 2; }
 	@$(PY) -m recipes run $(NAME) $(ARGS)
 
-# MultiWorkerMirroredStrategy on WORKERS local processes (README, "Distributed training").
+# MultiWorkerMirroredStrategy on WORKERS local processes (docs/distributed.md).
 WORKERS ?= 2
 recipe-multiworker: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make recipe-multiworker NAME=<recipe> [WORKERS=2] [ARGS=\"key=value ...\"]"; exit 2; }

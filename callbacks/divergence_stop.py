@@ -16,9 +16,9 @@ class DivergenceStop(keras.callbacks.Callback):
     and warns once when it grows a thousandfold over its lowest value.
 
     Keras' `TerminateOnNaN` only sets `stop_training`: `fit` then returns as
-    if it had finished, `BackupAndRestore` deletes its backup, and the caller
-    evaluates a broken model. Raising instead leaves the backup of the last
-    finished epoch in place and the run unfinished; `status.json` in
+    if it had finished, and the caller evaluates a broken model and records
+    it as a finished run. Raising instead leaves the run unfinished, to be
+    resumed from the backup of the last finished epoch; `status.json` in
     `run_dir` records where it diverged.
 
     Args:

@@ -9,11 +9,11 @@ rate 0.1 divided by 10 at 50% and 75% of 300 epochs, batch 64, weight decay
 1e-4, per-channel normalization, pad-4 random crops (padded with the mean
 colour, as the reference code's zero padding of normalized images is) and
 horizontal flips, batch-norm momentum 0.9 (Torch's 0.1), and all 50,000
-training images trained (no held-out split). What still differs: README,
-"DenseNet on CIFAR".
-Not reproduced here: the full protocol takes hours on a GPU, and none has
-been lent to this repository; README, "DenseNet on CIFAR", has what was
-measured on the CPU.
+training images trained (no held-out split); docs/densenet.md lists what
+still differs. Not measured here: the full protocol takes hours on a GPU,
+and no GPU that runs TensorFlow has been available; expect the paper's
+figures on one. The DenseNet measured on a CPU is `densenet_cifar10_cpu`
+(docs/cpu-hour.md).
 
     make recipe NAME=densenet_cifar100                 # the full protocol: hours on a GPU
     make recipe NAME=densenet_cifar100 ARGS="model.variant=densenet40_k12 model.api=sequential"

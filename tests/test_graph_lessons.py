@@ -1,4 +1,4 @@
-"""Every claim of the graph_lessons recipe and of README, "tf.function lessons"."""
+"""Every claim of the graph_lessons recipe and of docs/tf-function.md."""
 
 import json
 
@@ -12,7 +12,7 @@ from models import PythonLoopLSTM, row_lstm
 from recipes import graph_lessons
 
 
-# Traces per case: README, "tf.function lessons", lesson 1.
+# Traces per case: docs/tf-function.md, lesson 1.
 RETRACING = {
     "python ints 2, 3, 2": 2,
     "tensors 2, 3": 1,

@@ -68,7 +68,7 @@ def tiny(name, tmp_path, *overrides):
 ON_JAX = {"mnist_mlp": ["mnist_mlp", "mnist_softmax"], "mnist_cnn": ["mnist_cnn"],
           "cifar10_cnn": ["cifar10_cnn"],
           "densenet_cifar100": ["densenet_cifar100", "densenet_cifar100_modern"]}
-# The README's other JAX commands ("Two backends"), in their module's process:
+# The other JAX commands of docs/backends.md, in their module's process:
 # label -> (recipe, overrides, the mode and augmentation placement it records).
 README_RUNS = {
     "cifar10_cnn": {"cifar10_cnn eager": ("cifar10_cnn", ["execution.mode=eager"],
@@ -315,7 +315,7 @@ def test_without_tensorflow_a_recipe_trains_on_jax_from_the_folder_cache(tmp_pat
     assert "decoding needs TensorFlow, not installed" in undecoded.stderr
     _data._folder_arrays(tmp_path / "images" / "train", (32, 32, 3))  # here, with TensorFlow
 
-    # The README's device command ("Two backends"), in mixed_bfloat16 as the YAML says.
+    # The device command of docs/backends.md, in mixed_bfloat16 as the YAML says.
     densenet = run("run", "densenet_cifar10_cpu", *tiny("densenet_cifar100", tmp_path),
                    *folder, "data.augment_on=device", "data.augment_engine=keras")
     assert densenet.returncode == 0, densenet.stderr[-3000:]

@@ -1,6 +1,6 @@
 """The layout keeps its lists true: `recipes.MODULES` names the recipe
-modules in the folder, and the README's command table names the commands
-of `python -m recipes`, each with the options its tool declares."""
+modules in the folder, and the command table of docs/configuration.md names
+the commands of `python -m recipes`, each with the options its tool declares."""
 
 import ast
 import re
@@ -26,15 +26,15 @@ def test_modules_names_every_recipe_module_and_nothing_else():
 
 
 def _readme_commands():
-    """{command: its row} from the table under the README's "Command line"."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Command line\n")[1].split("\n## ")[0]
+    """{command: its row} from the table under docs/configuration.md's "Command line"."""
+    reference = (ROOT / "docs" / "configuration.md").read_text()
+    section = reference.split("\n## Command line\n")[1].split("\n## ")[0]
     return {match[1]: match[0] for match in
             re.finditer(r"^\| `python -m recipes ([\w-]+).*$", section, re.MULTILINE)}
 
 
 def test_the_readme_table_lists_every_command_and_no_other():
-    assert len(_readme_commands()) > 10, "the README's table was not found"
+    assert len(_readme_commands()) > 10, "the command table was not found"
     assert sorted(_readme_commands()) == sorted(COMMANDS)
 
 
@@ -42,7 +42,7 @@ def test_the_readme_table_lists_every_command_and_no_other():
 def test_the_readme_row_names_each_option_of_its_command(name):
     row = _readme_commands()[name]
     for option in COMMANDS[name].options:
-        assert f"{option.name}=" in row, f"{name}: {option.name}= is not in the README's row"
+        assert f"{option.name}=" in row, f"{name}: {option.name}= is not in the command table's row"
 
 
 def test_a_command_takes_its_options_out_of_the_overrides():

@@ -1,4 +1,5 @@
-"""The README's configuration table agrees with the code's defaults."""
+"""The configuration tables agree with the code's defaults: the reference in
+docs/configuration.md lists every key, the README's essentials a few."""
 
 import re
 
@@ -6,9 +7,12 @@ from conftest import ROOT
 from recipes import _config
 
 
-def config_table_rows():
-    """{key: the rest of its row} for every key in README's "Configuration" table."""
-    section = (ROOT / "README.md").read_text().split("## Configuration", 1)[1].split("\n## ", 1)[0]
+REFERENCE = ROOT / "docs" / "configuration.md"
+
+
+def config_table_rows(page=REFERENCE):
+    """{key: the rest of its row} for every key in the page's "Configuration" table."""
+    section = page.read_text().split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
         if line.startswith("| `"):
@@ -25,8 +29,20 @@ def default_keys():
 
 def test_the_table_lists_every_default_key_and_no_other():
     listed = set(config_table_rows())
-    assert listed - default_keys() == set(), "in the README, not in _config.DEFAULTS"
-    assert default_keys() - listed == set(), "in _config.DEFAULTS, not in the README"
+    assert listed - default_keys() == set(), "in docs/configuration.md, not in _config.DEFAULTS"
+    assert default_keys() - listed == set(), "in _config.DEFAULTS, not in docs/configuration.md"
+
+
+def test_the_readmes_essentials_are_rows_of_the_reference():
+    essentials = config_table_rows(ROOT / "README.md")
+    assert len(essentials) >= 5, "the README's table was not found"
+    reference = config_table_rows()
+    for key, row in essentials.items():
+        assert key in reference, f"the README lists {key}, which the reference lacks"
+        assert row.split(" | ")[0] == reference[key].split(" | ")[0], f"{key}: another default"
+        for choice in _config.CHOICES.get(key, []):
+            if isinstance(choice, str):
+                assert f"`{choice}`" in row, f"{key}: {choice}"
 
 
 def test_the_table_names_every_choice_of_a_key():

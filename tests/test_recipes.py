@@ -136,7 +136,7 @@ def test_metrics_json_contract(tiny_config, tmp_path):
 @pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
 @pytest.mark.parametrize("name", MODULES)
 def test_recipe_trains_under_each_mixed_precision(name, precision, tiny_config, tmp_path):
-    """Every precision the README documents, on every recipe module: the
+    """Every precision the docs document, on every recipe module: the
     layers compute in the half type, and the loss stays finite."""
     metrics = recipes.load(name).run(tiny_config(name, f"execution.precision={precision}"))
     assert metrics["precision"] == precision
@@ -147,7 +147,7 @@ def test_recipe_trains_under_each_mixed_precision(name, precision, tiny_config, 
 
 
 def test_the_documented_xla_bfloat16_densenet_command_trains(tiny_config):
-    """README, "DenseNet on CIFAR": execution.mode=xla execution.precision=mixed_bfloat16."""
+    """docs/densenet.md: execution.mode=xla execution.precision=mixed_bfloat16."""
     metrics = recipes.load("densenet_cifar100").run(tiny_config(
         "densenet_cifar100", "execution.mode=xla", "execution.precision=mixed_bfloat16"))
     assert (metrics["mode_used"], metrics["precision"]) == ("xla", "mixed_bfloat16")

@@ -28,7 +28,7 @@ def test_depths_and_parameter_counts(variant):
     convolutions_and_dense = sum(len(w.shape) in (2, 4) for w in model.trainable_weights)
     assert depth(**VARIANTS[variant]) == int(variant[len("revnet"):]) == convolutions_and_dense
     millions = sum(int(np.prod(w.shape)) for w in model.trainable_weights) / 1e6
-    # RevNet-164: 1.66M here against the paper's 1.75M (README, "RevNet").
+    # RevNet-164: 1.66M here against the paper's 1.75M (docs/revnet.md).
     assert round(millions, 2) == PAPER_PARAMS_M.get(variant, 1.66)
 
 

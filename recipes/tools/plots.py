@@ -111,6 +111,8 @@ def _save(figure, path):
     # A tool's output folder (preview's, curves' --out) may not exist yet.
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
+    # `preview` names a fresh run directory that nothing has created yet.
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     figure.clf()
     _pyplot().close(figure)

@@ -1,0 +1,322 @@
+"""The README and docs/ stay true: their links resolve, the tables that
+document the code list what it has, and every command they show runs.
+
+A command shown is a line of a ```sh block that starts with `make` or
+`python -m recipes`, or an inline `make ... NAME=...` or
+`python -m recipes COMMAND RECIPE ...` in the prose. `make` expands it through
+the Makefile itself (with `PY` standing in for Python), so that a target and
+its variables are checked as a reader would type them.
+"""
+
+import dataclasses
+import functools
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+import recipes
+from conftest import ROOT, TINY, TINY_MODEL
+from recipes import __main__ as cli
+from recipes import _environment
+from recipes.tools import memory as _memory
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^ *```(\w*)\n(.*?)^ *```", re.MULTILINE | re.DOTALL)
+
+
+def page_id(page):
+    return str(page.relative_to(ROOT))
+
+
+def prose(page):
+    """The page without its code blocks and inline code."""
+    return re.sub(r"`[^`]*`", "", FENCE.sub("", page.read_text()))
+
+
+# ---------------------------------------------------------------- links
+
+def anchor(heading):
+    """GitHub's anchor for a heading: lower case, punctuation but `-` and `_`
+    dropped, spaces as hyphens (after links and code marks are undone)."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip()).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+@functools.cache
+def anchors(page):
+    """Every heading anchor of `page`, with GitHub's -1, -2 for repeats."""
+    seen, found = {}, set()
+    for heading in re.findall(r"^#{1,6} (.+)$", FENCE.sub("", page.read_text()), re.MULTILINE):
+        slug = anchor(heading)
+        found.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+        seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+def test_anchors_follow_githubs_rules():
+    assert anchor("Where a step's time goes, and how close to the CPU's peak it runs") == (
+        "where-a-steps-time-goes-and-how-close-to-the-cpus-peak-it-runs")
+    assert anchor("`fit` against a hand-written step") == "fit-against-a-hand-written-step"
+    assert anchor("Two backends: TensorFlow and JAX") == "two-backends-tensorflow-and-jax"
+
+
+def links(page):
+    return re.findall(r"!?\[[^\]]*\]\(([^)\s]+)\)", prose(page))
+
+
+def test_the_link_search_finds_the_links():
+    assert sum(len(links(page)) for page in PAGES) > 50
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_relative_link_and_image_resolves(page):
+    for target in links(page):
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto:
+        path, _, fragment = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        assert linked.exists(), f"{page.name}: {target} does not exist"
+        if fragment:
+            assert linked.suffix == ".md", f"{page.name}: {target}: an anchor into a non-page"
+            assert fragment in anchors(linked), f"{page.name}: {target}: no such heading"
+
+
+def test_every_docs_page_is_linked_from_the_readme_and_opens_with_its_question():
+    readme = (ROOT / "README.md").read_text()
+    for page in PAGES[1:]:
+        assert f"](docs/{page.name}" in readme, f"the README does not link {page.name}"
+        title, first = page.read_text().split("\n\n", 2)[:2]
+        assert title.startswith("# "), f"{page.name}: no title"
+        assert "?" in first, f"{page.name}: its first paragraph asks no question"
+
+
+def test_the_readme_stays_a_front_page():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 300
+    assert "make recipe NAME=" in (ROOT / "README.md").read_text()
+    assert "make test" in (ROOT / "README.md").read_text()
+
+
+def test_every_png_in_docs_is_shown_on_a_page():
+    shown = {image for page in PAGES
+             for image in re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", page.read_text())}
+    for png in (ROOT / "docs").glob("*.png"):
+        assert png.name in {os.path.basename(image) for image in shown}, png.name
+
+
+# ---------------------------------------------------------------- tables
+
+def tables(page, heading):
+    """The tables under `heading` of `page`: lists of rows, each a list of cells."""
+    section = page.read_text().split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+    found = [block.splitlines() for block in re.findall(r"(?:^\|.*\n)+", section, re.MULTILINE)]
+    return [[[cell.strip() for cell in line.strip("|").split(" | ")] for line in table[2:]]
+            for table in found]
+
+
+def first_column_keys(table):
+    return {key for row in table for key in re.findall(r"`(\w+)`", row[0])}
+
+
+@pytest.mark.slow
+def test_the_metrics_tables_list_every_field_a_run_writes(tiny_config):
+    """docs/runs.md's tables of `metrics.json` and its `timing` against a tiny run's file."""
+    fields, timing = tables(ROOT / "docs" / "runs.md", "## What a run writes")
+    metrics = recipes.load("mnist_mlp").run(tiny_config("mnist_mlp"))
+    assert first_column_keys(fields) == set(metrics)
+    assert first_column_keys(timing) == set(metrics["timing"])
+
+
+def test_the_readmes_recipe_table_lists_every_recipe_and_no_other():
+    table, = tables(ROOT / "README.md", "## Recipes")
+    listed = [row[0].strip("`") for row in table]
+    assert sorted(listed) == sorted(recipes.names())
+
+
+def layout_block():
+    readme = (ROOT / "README.md").read_text()
+    return readme.split("\n## Layout\n", 1)[1].split("```", 2)[1]
+
+
+def test_the_layout_names_every_module_and_callback():
+    layout = layout_block()
+    helpers = [path.stem.lstrip("_") for path in (ROOT / "recipes").glob("_*.py")
+               if not path.stem.startswith("__")]
+    tools = [path.stem for path in (ROOT / "recipes" / "tools").glob("*.py")
+             if path.stem != "__init__"]
+    builders = [path.stem for path in (ROOT / "models").glob("*.py") if path.stem != "__init__"]
+    import callbacks
+    classes = [name for name in callbacks.__all__ if name[0].isupper() and name != "TrainingDiverged"]
+    for name in [*helpers, *tools, *builders, *classes]:
+        assert re.search(rf"\b_?{name}\b", layout), f"the README's layout does not name {name}"
+
+
+# ---------------------------------------------------------------- commands
+
+# Targets that are not a command on a recipe: shown, never run by a test.
+NOT_RECIPE_COMMANDS = {"setup", "test", "test-fast", "tensorboard"}
+# What `make` passes to Python stands in for the interpreter: it prints the
+# arguments, one JSON list per line.
+ECHO = f'{sys.executable} -c "import json, sys; print(json.dumps(sys.argv[1:]))"'
+
+
+def shown_commands(page):
+    """Every command the page shows, as its list of words."""
+    text = page.read_text()
+    for match in FENCE.finditer(text):
+        if match[1] == "sh":
+            for line in match[2].replace("\\\n", " ").splitlines():
+                words = shlex.split(line, comments=True)
+                if words[:1] == ["make"] or words[:3] == ["python", "-m", "recipes"]:
+                    yield words
+    for span in re.findall(r"`((?:make|python -m recipes) [^`]*)`", FENCE.sub("", text)):
+        words = shlex.split(span)
+        names_a_recipe = (any(word.startswith("NAME=") for word in words)
+                          or words[:3] == ["python", "-m", "recipes"] and len(words) > 4
+                          and words[4] in recipes.names())
+        if names_a_recipe and "..." not in span:
+            yield words
+
+
+@functools.cache
+def expand(words):
+    """The `python -m recipes` arguments a shown command runs: a list of lists."""
+    if words[0] == "python":
+        return [list(words[3:])]
+    result = subprocess.run(["make", "-s", "--no-print-directory", *words[1:], "INSTALLED=",
+                             f"PY={ECHO}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, f"{' '.join(words)}: {result.stdout}{result.stderr}"
+    return [json.loads(line)[2:] for line in result.stdout.splitlines()]
+
+
+def all_commands():
+    return [(page, tuple(words)) for page in PAGES for words in shown_commands(page)]
+
+
+def test_the_pages_show_commands_the_search_finds():
+    found = all_commands()
+    assert len(found) > 80, len(found)
+    assert {words[1] for _, words in found if words[0] == "make"} >= {
+        "recipe", "compare", "sweep", "memory", "soak", "benchmark", "graph"}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_shown_command_resolves_as_the_command_line_would(page, monkeypatch):
+    """Each command through `python -m recipes`' own `main`, up to the call of
+    its tool: the make target, the recipe, the options and the overrides."""
+    reached = []
+    for name, command in cli.COMMANDS.items():
+        monkeypatch.setitem(cli.COMMANDS, name, dataclasses.replace(
+            command, run=lambda **arguments: reached.append(arguments)))
+    # Only resolving: this process' Keras and TensorFlow are already started.
+    monkeypatch.setattr(_environment, "request_backend", lambda config: None)
+    monkeypatch.setattr(_environment, "request_onednn", lambda config: None)
+    for words in shown_commands(page):
+        if words[0] == "make" and words[1] in NOT_RECIPE_COMMANDS:
+            assert re.search(rf"^{re.escape(words[1])}:", (ROOT / "Makefile").read_text(),
+                             re.MULTILINE), words
+            continue
+        for argv in expand(tuple(words)):
+            reached.clear()
+            assert cli.main(argv) == 0 and len(reached) == 1, argv
+
+
+# Shown commands that need what came before them (a run interrupted by hand):
+# the test that runs each.
+RUN_ELSEWHERE = {
+    'make recipe NAME=mnist_mlp ARGS=run.resume=true':
+        "tests/test_resume.py::test_resume_finds_the_latest_unfinished_run",
+    "make recipe NAME=graph_lessons 'ARGS=execution.mode=xla run.resume=true'":
+        "tests/test_resume.py::test_rerun_continues_at_epoch_2_with_saved_state",
+}
+
+
+def test_each_command_run_elsewhere_is_shown_and_its_test_exists():
+    shown = {shlex.join(words) for _, words in all_commands()}
+    for command, test in RUN_ELSEWHERE.items():
+        assert command in shown, f"{command}: no longer shown; drop it here"
+        path, name = test.split("::")
+        assert f"def {name}(" in (ROOT / path).read_text(), test
+
+
+# Per tool: its options and overrides for a few steps on a little data, after
+# the command's own. `compare` times the first of the command's modes only.
+TINY_OPTIONS = {
+    "compare": ["steps=2", "repeats=1"],
+    "compare-sizes": ["steps=2", "repeats=1"],
+    "scaling": ["steps=2", "repeats=1"],
+    "memory": ["steps=1", "backprop=standard", "model.variant=revnet38"],
+    "soak": ["kills=2", "train.epochs=8", "train.steps_per_epoch=40"],
+    "augment-benchmark": ["steps=2"],
+    "data-benchmark": ["steps=2"],
+    "profile": ["data.synthetic_examples=256"],
+}
+# A command's own train.epochs stays, up to this: a command that raises them
+# to train a finished run further still raises them.
+KEEP_EPOCHS_UP_TO = 2
+
+
+def tiny(argv):
+    """`argv` made tiny: random images, batches of 16, two steps an epoch."""
+    if not cli.COMMANDS[argv[0]].on_recipe:
+        return argv
+    command, name, *items = argv
+    epochs = [int(item.split("=")[1]) for item in items if item.startswith("train.epochs=")]
+    more = [*TINY, *TINY_MODEL.get(recipes.module_of(name), []), *TINY_OPTIONS.get(command, [])]
+    if epochs:
+        more.append(f"train.epochs={min(epochs[-1], KEEP_EPOCHS_UP_TO)}")
+    if command in ("compare", "compare-sizes"):
+        modes = next((item for item in items if item.startswith("modes=")), "modes=graph")
+        more.append(modes.split(",")[0])
+    # The tiny values win; the command's own go, so that commands that
+    # differ only in them run once.
+    replaced = {item.partition("=")[0] for item in more} | {"data.path"}
+    kept = [item for before, item in zip(["", *items], items)
+            if before in ("--grid", "--config") or item.partition("=")[0] not in replaced]
+    return [command, name, *kept, *more]
+
+
+def runs():
+    """[(id, [tiny argv, ...])]: every distinct command, once; the commands
+    of one block that share a `run.dir` run together, in order."""
+    cases, seen = {}, set()
+    for page, words in all_commands():
+        shown = shlex.join(words)
+        if (words[0] == "make" and words[1] in NOT_RECIPE_COMMANDS) or shown in RUN_ELSEWHERE:
+            continue
+        for argv in expand(words):
+            argv = tiny(argv)
+            key = shlex.join(argv)
+            if key in seen:
+                continue
+            seen.add(key)
+            run_dir = next((item for item in argv if item.startswith("run.dir=")), None)
+            group = f"{page.name}: {run_dir}" if run_dir else f"{page.name}: {key}"
+            cases.setdefault(group, []).append(argv)
+    return sorted(cases.items())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", runs(), ids=lambda case: case[0][:150])
+def test_every_shown_command_runs_for_a_few_steps(case, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # runs/ is relative to where the command runs
+    # The processes tools start import this repository from elsewhere now.
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setitem(_memory.WORKER_ENVIRONMENT, "PYTHONPATH", str(ROOT))
+    for argv in case[1]:
+        if "execution.backend=jax" in argv:
+            # Keras' backend is chosen once per process: a process of its own.
+            result = subprocess.run([sys.executable, "-m", "recipes", *argv], capture_output=True,
+                                    text=True, timeout=600)
+            assert result.returncode == 0, f"{argv}: {result.stderr[-3000:]}"
+            continue
+        assert cli.main(argv) == 0, argv
+    metrics = sorted(tmp_path.glob("runs/**/metrics.json"))
+    for path in metrics:
+        loss = json.loads(path.read_text())["final"].get("loss")
+        assert loss is None or math.isfinite(loss), path
