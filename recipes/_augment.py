@@ -58,8 +58,11 @@ def flip(engine, seed, mode="horizontal"):
     return _images_only(_layers(engine).RandomFlip(mode, seed=seed, dtype="float32"))
 
 
-def pad_crop(engine, seed, padding=4):
-    """Zero-pads by `padding` pixels, then crops each image back at a random offset.
+def pad_crop(engine, seed, padding=4, mode="constant"):
+    """Pads by `padding` pixels, then crops each image back at a random offset.
+
+    `mode`: "constant" pads with zeros, "reflect" mirrors the edge pixels
+    (cifar10-airbench's translations), so that no black border comes in.
 
     Our own, the same for both engines: Keras' RandomCrop shifts a whole batch
     by one offset, and keras-cv's resamples the window (some crops come out
@@ -69,14 +72,17 @@ def pad_crop(engine, seed, padding=4):
     `PadCrop`, the same in `keras.ops`.
     """
     del engine  # the same code for both
-    layer = PadCrop(padding, seed=seed, dtype="float32")
+    if mode not in ("constant", "reflect"):
+        raise ValueError(f"mode is 'constant' or 'reflect', received: mode={mode!r}")
+    layer = PadCrop(padding, mode=mode, seed=seed, dtype="float32")
 
     def apply(images, labels):
         tf = sys.modules.get("tensorflow")  # not imported: `images` is not its tensor
         if tf is None or not isinstance(images, tf.Tensor):
             return layer(images, training=True), labels
         batch, height, width = tf.unstack(tf.shape(images)[:3])
-        padded = tf.pad(images, [[0, 0], [padding, padding], [padding, padding], [0, 0]])
+        padded = tf.pad(images, [[0, 0], [padding, padding], [padding, padding], [0, 0]],
+                        mode=mode.upper())
         offsets = tf.random.uniform([batch, 2], 0, 2 * padding + 1, tf.int32, seed=seed)
         rows = offsets[:, :1] + tf.range(height)
         columns = offsets[:, 1:] + tf.range(width)
@@ -88,17 +94,18 @@ def pad_crop(engine, seed, padding=4):
 
 @keras.saving.register_keras_serializable(package="recipes")
 class PadCrop(keras.layers.Layer):
-    """Zero-pads a batch by `padding` pixels and crops each image back at its
+    """Pads a batch by `padding` pixels and crops each image back at its
     own random offset, by whole pixels, in `keras.ops`: any backend's step.
 
     Args:
         padding: pixels added on each side, and so the largest shift.
+        mode: "constant" (zeros) or "reflect" (mirrored edge pixels).
         seed: seeds the layer's `SeedGenerator`.
     """
 
-    def __init__(self, padding=4, seed=None, **kwargs):
+    def __init__(self, padding=4, mode="constant", seed=None, **kwargs):
         super().__init__(**kwargs)
-        self.padding, self.seed = padding, seed
+        self.padding, self.mode, self.seed = padding, mode, seed
         self.seed_generator = keras.random.SeedGenerator(seed)
 
     def call(self, images, training=True):
@@ -106,7 +113,7 @@ class PadCrop(keras.layers.Layer):
             return images
         p = self.padding
         batch, height, width = ops.shape(images)[:3]
-        padded = ops.pad(images, [[0, 0], [p, p], [p, p], [0, 0]])
+        padded = ops.pad(images, [[0, 0], [p, p], [p, p], [0, 0]], mode=self.mode)
         offsets = keras.random.randint((batch, 2), 0, 2 * p + 1, seed=self.seed_generator)
         rows = offsets[:, :1] + ops.arange(height)  # (batch, height)
         columns = offsets[:, 1:] + ops.arange(width)
@@ -117,7 +124,8 @@ class PadCrop(keras.layers.Layer):
         return input_shape
 
     def get_config(self):
-        return {**super().get_config(), "padding": self.padding, "seed": self.seed}
+        return {**super().get_config(), "padding": self.padding, "mode": self.mode,
+                "seed": self.seed}
 
 
 def shift(engine, seed, factor=0.1, fill_mode="nearest"):

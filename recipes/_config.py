@@ -132,8 +132,10 @@ def resolve(name, config_files=(), overrides=(), announce=print):
             choices[key] = entry
         else:
             types[key] = TYPES_BY_NAME[entry]
-    schema = {key: (types.get(key, type(value)), value is None, choices.get(key),
-                    _number_items(value))
+    # A key whose default is null accepts null, whatever the module's YAML sets.
+    nullable = {key for key, value in _flatten(DEFAULTS).items() if value is None}
+    schema = {key: (types.get(key, type(value)), value is None or key in nullable,
+                    choices.get(key), _number_items(value))
               for key, value in _flatten(config).items()}
 
     layers = [CONFIGS_DIR / f"{name}.yaml"] if name != module else []
