@@ -23,9 +23,11 @@ from models.initializers import PartialIdentity
 from models.whitening import PatchWhitening
 
 
-def _conv(filters, weight_decay, name):
+def _conv(filters, weight_decay, identity_init, name):
+    # Torch's default draw, uniform in +-1/sqrt(fan_in), with or without the identity filters.
+    drawn = keras.initializers.VarianceScaling(1 / 3, mode="fan_in", distribution="uniform")
     return layers.Conv2D(filters, 3, padding="same", use_bias=False,
-                         kernel_initializer=PartialIdentity(),
+                         kernel_initializer=PartialIdentity() if identity_init else drawn,
                          kernel_regularizer=keras.regularizers.L2(weight_decay / 2)
                          if weight_decay else None, name=name)
 
@@ -42,7 +44,8 @@ def _bn_act(x, momentum, beta_weight_decay, activation, name):
 def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 192, 192),
                       growth_rates=(64, 192, 192), layers_per_block=1, normalization=None,
                       batch_norm_momentum=0.6, weight_decay=0.0, beta_weight_decay=0.0,
-                      activation="gelu", head_scale=1 / 9, name="densenet_whitened"):
+                      activation="gelu", head_scale=1 / 9, whitening=True, identity_init=True,
+                      name="densenet_whitened"):
     """Builds the network.
 
     Args:
@@ -64,6 +67,9 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
             stays the same).
         activation: of every layer.
         head_scale: multiplies the logits.
+        whitening: False makes the first layer an ordinary trainable 2x2
+            convolution of the same shape (to measure what whitening buys).
+        identity_init: False draws every filter of the 3x3 convolutions.
         name: the model's name.
 
     Returns:
@@ -74,18 +80,21 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
                          f"widths={widths}, growth_rates={growth_rates}")
     inputs = keras.Input(shape=input_shape, name="image")
     x = normalization(inputs) if normalization else inputs
-    whitening = PatchWhitening(size=2, name="whitening")
-    whitening.adapt(whitening_images)
-    x = layers.Activation(activation, name=f"whitening_{activation}")(whitening(x))
+    if whitening:
+        first = PatchWhitening(size=2, name="whitening")
+        first.adapt(whitening_images)
+    else:
+        first = layers.Conv2D(2 * 2 * 2 * input_shape[-1], 2, name="whitening")
+    x = layers.Activation(activation, name=f"whitening_{activation}")(first(x))
     bn_args = dict(momentum=batch_norm_momentum, beta_weight_decay=beta_weight_decay,
                    activation=activation)
     for block, (width, growth) in enumerate(zip(widths, growth_rates), start=1):
-        x = _conv(width, weight_decay, f"block{block}_conv")(x)
+        x = _conv(width, weight_decay, identity_init, f"block{block}_conv")(x)
         x = layers.MaxPooling2D(2, name=f"block{block}_pool")(x)
         x = _bn_act(x, name=f"block{block}", **bn_args)
         for index in range(1, layers_per_block + 1):
             prefix = f"block{block}_layer{index}"
-            y = _conv(growth, weight_decay, f"{prefix}_conv")(x)
+            y = _conv(growth, weight_decay, identity_init, f"{prefix}_conv")(x)
             y = _bn_act(y, name=prefix, **bn_args)
             x = layers.Concatenate(name=f"{prefix}_concat")([x, y])
     x = layers.GlobalMaxPooling2D(name="pool")(x)

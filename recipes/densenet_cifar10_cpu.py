@@ -69,6 +69,7 @@ def build(config):
             widths=model_config["widths"], growth_rates=model_config["growth_rates"],
             layers_per_block=model_config["layers_per_block"],
             normalization=normalization,
+            whitening=model_config["whitening"], identity_init=model_config["identity_init"],
             batch_norm_momentum=model_config["batch_norm_momentum"],
             weight_decay=model_config["weight_decay"],
             # The offsets train at bias_lr_scale x the rate: the same decay per step.

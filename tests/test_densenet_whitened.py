@@ -139,3 +139,17 @@ def test_recipe_trains_saves_and_reloads(tiny_config, tmp_path):
     best = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
     assert best.get_layer("whitening").kernel.shape == (2, 2, 3, 24)
     assert [type(o).__name__ for o in best.optimizer.optimizers] == ["SGD", "SGD"]
+
+
+def test_the_ablation_switches_change_what_they_name():
+    images = np.random.default_rng(0).random((8, 16, 16, 3)).astype("float32")
+    build = lambda **switches: models.densenet_whitened(
+        (16, 16, 3), 10, images, widths=(8, 8, 8), growth_rates=(4, 4, 4), **switches)
+    whitened, plain = build(), build(whitening=False, identity_init=False)
+    assert not whitened.get_layer("whitening").kernel.trainable
+    assert plain.get_layer("whitening").kernel.trainable
+    identity = whitened.get_layer("block2_conv").kernel.numpy()
+    np.testing.assert_array_equal(identity[1, 1, :8, :8], np.eye(8))
+    assert not np.array_equal(plain.get_layer("block2_conv").kernel.numpy()[1, 1, :8, :8], np.eye(8))
+    # Every layer of a block reads the block's input and every earlier layer's output.
+    assert whitened.get_layer("block1_layer1_concat").output.shape[-1] == 8 + 4
