@@ -129,12 +129,15 @@ def test_reflected_pad_crop_brings_in_no_black(engine):
 
 
 @pytest.mark.slow
-def test_recipe_trains_saves_and_reloads(tiny_config, tmp_path):
+def test_recipe_trains_saves_and_reloads(tiny_config, tmp_path, capsys):
     config = tiny_config("densenet_cifar10_cpu", "train.epochs=2",
                          "train.lookahead_start_epoch=1", "execution.precision=float32")
     metrics = recipes.load("densenet_cifar10_cpu").run(config)
     run_dir = tmp_path / "run"
     assert metrics["epochs_completed"] == 2
+    # The reported accuracy is the six views' (the YAML's), printed beside one and two views'.
+    views = capsys.readouterr().out.split("test-time views: ")[1].splitlines()[0]
+    assert views.startswith("1 ") and f"6 {metrics['test']['accuracy']:.4f}" in views
     assert json.loads((run_dir / "metrics.json").read_text())["test"] == metrics["test"]
     best = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
     assert best.get_layer("whitening").kernel.shape == (2, 2, 3, 24)
