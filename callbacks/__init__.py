@@ -4,7 +4,8 @@ from callbacks.diagnostics import Diagnostics
 from callbacks.divergence_stop import DivergenceStop, TrainingDiverged
 from callbacks.execution_mode_check import ExecutionModeCheck, execution_mode
 from callbacks.graph_writer import GraphWriter
+from callbacks.lookahead import Lookahead
 from callbacks.timing import Timing
 
-__all__ = ["Diagnostics", "DivergenceStop", "ExecutionModeCheck", "GraphWriter", "Timing",
+__all__ = ["Diagnostics", "DivergenceStop", "ExecutionModeCheck", "GraphWriter", "Lookahead", "Timing",
            "TrainingDiverged", "execution_mode"]

@@ -10,15 +10,20 @@ import importlib.util
 
 from models.augmented import AugmentedModel, network_of
 from models.densenet import densenet, densenet_variant
+from models.densenet_whitened import densenet_whitened
+from models.initializers import PartialIdentity
 from models.mlp import mlp
 from models.mnist_cnn import mnist_cnn
+from models.schedules import PiecewiseLinear
 from models.rnn import PythonLoopLSTM, row_lstm
 from models.simple_cnn import simple_cnn
 from models.test_time import flip_averaged
+from models.whitening import PatchWhitening
 
 if importlib.util.find_spec("tensorflow") is not None:
     from models.revnet import EntryUnit, ReversibleStage, revnet, revnet_variant
 
-__all__ = ["AugmentedModel", "EntryUnit", "PythonLoopLSTM", "ReversibleStage", "densenet",
-           "densenet_variant", "flip_averaged", "mlp", "mnist_cnn", "network_of", "revnet", "revnet_variant",
-           "row_lstm", "simple_cnn"]
+__all__ = ["AugmentedModel", "EntryUnit", "PartialIdentity", "PatchWhitening", "PiecewiseLinear",
+           "PythonLoopLSTM", "ReversibleStage", "densenet", "densenet_variant", "densenet_whitened",
+           "flip_averaged", "mlp", "mnist_cnn", "network_of", "revnet", "revnet_variant", "row_lstm",
+           "simple_cnn"]

@@ -1,26 +1,41 @@
-"""Test-time augmentation: a model's predictions averaged over each image and its mirror."""
+"""Test-time augmentation: a model's predictions averaged over views of each image."""
 
 import keras
 from keras import ops
 
 
-def flip_averaged(network):
+def flip_averaged(network, translate=False):
     """Wraps `network` so it predicts the mean of its class probabilities on
-    each image and on the image flipped left to right.
+    each image and on the image flipped left to right; with `translate`, on
+    six views, as cifar10-airbench does: half the weight on the image and
+    its mirror, a quarter each on the pair shifted by one pixel up and left,
+    and on the pair shifted down and right (edges reflected).
 
-    A horizontally flipped photograph is as likely as the original, and the
-    two predictions err differently: their mean is a little more accurate, at
-    twice the cost of a prediction. Training is not affected; the wrapper
-    shares `network`'s weights.
+    A horizontally flipped or slightly shifted photograph is as likely as the
+    original, and the predictions err differently: their mean is a little
+    more accurate, at two (or six) times the cost of a prediction. Training
+    is not affected; the wrapper shares `network`'s weights. (airbench
+    averages logits; this averages probabilities, what `network` outputs.)
 
     Args:
         network: a built model that takes `(batch, height, width, channels)` images.
+        translate: also average over the four shifted views.
 
     Returns:
         An uncompiled `keras.Model` with `network`'s input and output shapes.
     """
     images = keras.Input(shape=network.input_shape[1:], name="image")
-    mirrored = ops.flip(images, axis=2)  # axis 2 is width
-    averaged = keras.layers.Average(name="flip_average", dtype="float32")(
-        [network(images), network(mirrored)])
-    return keras.Model(images, averaged, name=f"{network.name}_flip_averaged")
+
+    def mirror_pair(views, name):
+        return keras.layers.Average(name=name, dtype="float32")(
+            [network(views), network(ops.flip(views, axis=2))])  # axis 2 is width
+
+    if not translate:
+        return keras.Model(images, mirror_pair(images, "flip_average"),
+                           name=f"{network.name}_flip_averaged")
+    height, width = network.input_shape[1:3]
+    padded = ops.pad(images, [(0, 0), (1, 1), (1, 1), (0, 0)], mode="reflect")
+    shifted = [mirror_pair(padded[:, :height, :width], "up_left_average"),
+               mirror_pair(padded[:, 2:, 2:], "down_right_average")]
+    averaged = 0.5 * mirror_pair(images, "flip_average") + 0.25 * (shifted[0] + shifted[1])
+    return keras.Model(images, averaged, name=f"{network.name}_six_views")

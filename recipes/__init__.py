@@ -21,8 +21,8 @@ CONFIGS_DIR = PACKAGE_DIR.parent / "configs"
 RUNS_DIR = Path("runs")  # relative to where the command runs
 # The recipe modules: each has `build(config)` and `run(config)`
 # (tests/test_layout.py keeps this list and the folder in step).
-MODULES = ("cifar10_cnn", "densenet_cifar100", "graph_lessons", "mnist_cnn", "mnist_mlp",
-           "revnet_cifar10")
+MODULES = ("cifar10_cnn", "densenet_cifar10_cpu", "densenet_cifar100", "graph_lessons",
+           "mnist_cnn", "mnist_mlp", "revnet_cifar10")
 
 
 class UserError(Exception):

@@ -61,10 +61,11 @@ def flip(engine, seed, mode="horizontal"):
 def pad_crop(engine, seed, padding=4, fill="black"):
     """Pads by `padding` pixels, then crops each image back at a random offset.
 
-    `fill` is what the padding holds: `black` (0), or `mean`, the batch's
+    `fill` is what the padding holds: `black` (0); `mean`, the batch's
     mean colour per channel, which is what the DenseNet paper's code pads
     with: it normalizes first, then pads with zeros (liuzhuang13/DenseNet,
-    `datasets/cifar10.lua`).
+    `datasets/cifar10.lua`); or `reflect`, the edge pixels mirrored, as
+    cifar10-airbench's translations are, so that no border comes in.
 
     Our own, the same for both engines: Keras' RandomCrop shifts a whole batch
     by one offset, and keras-cv's resamples the window (some crops come out
@@ -83,9 +84,12 @@ def pad_crop(engine, seed, padding=4, fill="black"):
         if tf is None or not isinstance(images, tf.Tensor):
             return layer(images, training=True), labels
         batch, height, width = tf.unstack(tf.shape(images)[:3])
-        colour = tf.reduce_mean(images, axis=[0, 1, 2], keepdims=True) if fill == "mean" else 0.0
-        padded = tf.pad(images - colour, [[0, 0], [padding, padding], [padding, padding],
-                                          [0, 0]]) + colour
+        sides = [[0, 0], [padding, padding], [padding, padding], [0, 0]]
+        if fill == "reflect":
+            padded = tf.pad(images, sides, mode="REFLECT")
+        else:
+            colour = tf.reduce_mean(images, axis=[0, 1, 2], keepdims=True) if fill == "mean" else 0.0
+            padded = tf.pad(images - colour, sides) + colour
         offsets = tf.random.uniform([batch, 2], 0, 2 * padding + 1, tf.int32, seed=seed)
         rows = offsets[:, :1] + tf.range(height)
         columns = offsets[:, 1:] + tf.range(width)
@@ -102,7 +106,8 @@ class PadCrop(keras.layers.Layer):
 
     Args:
         padding: pixels added on each side, and so the largest shift.
-        fill: `black` pads with 0; `mean` with the batch's mean colour.
+        fill: `black` pads with 0; `mean` with the batch's mean colour;
+            `reflect` with the edge pixels mirrored.
         seed: seeds the layer's `SeedGenerator`.
     """
 
@@ -116,8 +121,12 @@ class PadCrop(keras.layers.Layer):
             return images
         p = self.padding
         batch, height, width = ops.shape(images)[:3]
-        colour = ops.mean(images, axis=(0, 1, 2), keepdims=True) if self.fill == "mean" else 0.0
-        padded = ops.pad(images - colour, [[0, 0], [p, p], [p, p], [0, 0]]) + colour
+        sides = [[0, 0], [p, p], [p, p], [0, 0]]
+        if self.fill == "reflect":
+            padded = ops.pad(images, sides, mode="reflect")
+        else:
+            colour = ops.mean(images, axis=(0, 1, 2), keepdims=True) if self.fill == "mean" else 0.0
+            padded = ops.pad(images - colour, sides) + colour
         offsets = keras.random.randint((batch, 2), 0, 2 * p + 1, seed=self.seed_generator)
         rows = offsets[:, :1] + ops.arange(height)  # (batch, height)
         columns = offsets[:, 1:] + ops.arange(width)
@@ -132,8 +141,8 @@ class PadCrop(keras.layers.Layer):
                 "seed": self.seed}
 
 
-# What pad_crop's padding holds: 0, or the batch's mean colour per channel.
-FILLS = ("black", "mean")
+# What pad_crop's padding holds: 0, the batch's mean colour per channel, or the mirrored edge.
+FILLS = ("black", "mean", "reflect")
 
 
 def shift(engine, seed, factor=0.1, fill_mode="nearest"):

@@ -126,10 +126,12 @@ def resolve(name, config_files=(), overrides=(), announce=print):
             choices[key] = entry
         else:
             types[key] = TYPES_BY_NAME[entry]
+    # A key whose default is null accepts null, whatever the module's YAML sets.
+    nullable = {key for key, value in _flatten(DEFAULTS).items() if value is None}
 
     def schema_of(tree):
-        return {key: (types.get(key, type(value)), value is None, choices.get(key),
-                      _number_items(value))
+        return {key: (types.get(key, type(value)), value is None or key in nullable,
+                      choices.get(key), _number_items(value))
                 for key, value in _flatten(tree).items()}
 
     # The module's YAML is checked as a user's file is: against the defaults

@@ -40,6 +40,8 @@ TINY = [
 
 # Per recipe module: the smallest model of its family, and what fits two epochs.
 TINY_MODEL = {
+    "densenet_cifar10_cpu": ["model.widths=[8,8,8]", "model.growth_rates=[4,4,4]",
+                             "model.whitening_images=32"],
     "densenet_cifar100": ["model.depth=10", "model.growth_rate=4", "train.warmup_epochs=0"],
     "graph_lessons": ["model.units=8"],
     "revnet_cifar10": ["model.init_filters=8", "model.units=[2,2,2]", "model.filters=[8,8,16]"],

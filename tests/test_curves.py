@@ -39,3 +39,21 @@ def test_the_plot_has_a_line_per_run(tmp_path, capsys):
 def test_a_directory_without_a_history_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="holds no history.csv"):
         _curves.curves([tmp_path])
+
+
+def test_time_to_accuracy_names_the_first_epoch_past_each_threshold(tmp_path, capsys):
+    write_run(tmp_path / "a", [60, 60, 60], [0.84, 0.91, 0.93])
+    write_run(tmp_path / "b", [30, 30], [0.86, 0.88])
+    path = _curves.curves([tmp_path / "a", tmp_path / "b"], thresholds=(0.85, 0.90, 0.94))
+    table = (path.parent / "time_to_accuracy.md").read_text().splitlines()
+    assert table[0] == "| run | 85% | 90% | 94% | epochs | last |"
+    assert table[2] == "| cifar10_cnn (a) | 2.0 | 2.0 | - | 3 | 93.00% |"
+    assert table[3] == "| cifar10_cnn (b) | 0.5 | - | - | 2 | 88.00% |"
+    assert table[2] in capsys.readouterr().out
+
+
+def test_thresholds_outside_zero_to_one_are_refused():
+    import argparse
+    with pytest.raises(argparse.ArgumentTypeError, match="accuracies in"):
+        _curves._fractions("85,90")
+    assert _curves._fractions("0.85,0.9") == (0.85, 0.9)

@@ -66,7 +66,7 @@ def tiny(name, tmp_path, *overrides):
 # YAMLs that take other code paths (the softmax regression, keras-cv's
 # RandAugment and CutMix in tf.data); the other YAMLs only change numbers.
 ON_JAX = {"mnist_mlp": ["mnist_mlp", "mnist_softmax"], "mnist_cnn": ["mnist_cnn"],
-          "cifar10_cnn": ["cifar10_cnn"],
+          "cifar10_cnn": ["cifar10_cnn"], "densenet_cifar10_cpu": ["densenet_cifar10_cpu"],
           "densenet_cifar100": ["densenet_cifar100", "densenet_cifar100_modern"]}
 # The other JAX commands of docs/backends.md, in their module's process:
 # label -> (recipe, overrides, the mode and augmentation placement it records).
@@ -316,11 +316,11 @@ def test_without_tensorflow_a_recipe_trains_on_jax_from_the_folder_cache(tmp_pat
     _data._folder_arrays(tmp_path / "images" / "train", (32, 32, 3))  # here, with TensorFlow
 
     # The device command of docs/backends.md, in mixed_bfloat16 as the YAML says.
-    densenet = run("run", "densenet_cifar10_cpu", *tiny("densenet_cifar100", tmp_path),
+    densenet = run("run", "densenet_cifar10_cpu", *tiny("densenet_cifar10_cpu", tmp_path),
                    *folder, "data.augment_on=device", "data.augment_engine=keras")
     assert densenet.returncode == 0, densenet.stderr[-3000:]
     assert "callbacks.tensorboard: skipped" in densenet.stdout
-    metrics = json.loads((tmp_path / "densenet_cifar100" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "densenet_cifar10_cpu" / "metrics.json").read_text())
     assert (metrics["backend"], metrics["mode_used"], metrics["augment_on"]) == (
         "jax", "xla", "device")
     assert metrics["versions"]["tensorflow"] is None

@@ -2,9 +2,12 @@
 
 Reads each run's `history.csv` (its `time_epoch_s` column, from the `Timing`
 callback, and `val_accuracy`) and draws one line per run: what a time budget
-buys. Writes `accuracy_vs_time.png` into the first run directory, or `--out`.
+buys. Writes `accuracy_vs_time.png` into the first run directory, or `--out`,
+and beside it `time_to_accuracy.md`: the minutes each run took to first reach
+each of `--thresholds`, as cifar10-airbench tabulates its runs.
 """
 
+import argparse
 import itertools
 from pathlib import Path
 
@@ -32,18 +35,34 @@ def read_curve(run_dir):
     return f"{name} ({run_dir.name})", minutes, [float(row["val_accuracy"]) for row in rows]
 
 
-def curves(run_dirs, out=None):
-    """Draws the runs' curves; returns the PNG's path."""
+def time_to_accuracy(lines, thresholds):
+    """A Markdown table: per run, the minutes of training (epochs and their
+    validation) after which validation accuracy first reached each threshold."""
+    header = " | ".join(f"{t:.0%}" for t in thresholds)
+    rows = [f"| run | {header} | epochs | last |", "|---" * (len(thresholds) + 3) + "|"]
+    for label, minutes, accuracy in lines:
+        reached = [next((f"{m:.1f}" for m, a in zip(minutes, accuracy) if a >= t), "-")
+                   for t in thresholds]
+        rows.append(f"| {label} | {' | '.join(reached)} | {len(accuracy)} | {accuracy[-1]:.2%} |")
+    return "\n".join(rows) + "\n"
+
+
+def curves(run_dirs, out=None, thresholds=(0.85, 0.90, 0.93, 0.94)):
+    """Draws the runs' curves and tabulates their minutes to `thresholds`;
+    returns the PNG's path."""
     if not run_dirs:
         raise UserError("curves needs at least one run directory.")
     lines = [read_curve(run_dir) for run_dir in run_dirs]
     path = Path(out) if out else Path(run_dirs[0]) / "accuracy_vs_time.png"
     plots.accuracy_vs_time(lines, path)
+    table = time_to_accuracy(lines, thresholds)
+    (path.parent / "time_to_accuracy.md").write_text(table)
+    print(table, end="")
     for label, minutes, accuracy in lines:
         best = max(range(len(accuracy)), key=accuracy.__getitem__)
         print(f"{label}: best val_accuracy {accuracy[best]:.4f} at {minutes[best]:.1f} min "
               f"(epoch {best + 1} of {len(accuracy)}, {minutes[-1]:.1f} min in all)")
-    print(f"plot: {path}")
+    print(f"plot: {path}; table: {path.parent / 'time_to_accuracy.md'}")
     return path
 
 
@@ -51,6 +70,20 @@ def add_arguments(parser):
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="runs/NAME/<timestamp>")
     parser.add_argument("--out", metavar="PNG",
                         help="default: RUN_DIR/accuracy_vs_time.png of the first run")
+    parser.add_argument("--thresholds", type=_fractions, default=(0.85, 0.90, 0.93, 0.94),
+                        metavar="A,B,...", help="accuracies to time, e.g. 0.85,0.9 (default "
+                        "0.85,0.9,0.93,0.94)")
+
+
+def _fractions(text):
+    try:
+        values = tuple(float(item) for item in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or not all(0 < v <= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expects accuracies in (0, 1] separated by "
+                                         f"commas, e.g. 0.85,0.9; got {text!r}")
+    return values
 
 
 COMMANDS = (

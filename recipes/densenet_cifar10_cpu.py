@@ -1,0 +1,166 @@
+"""A DenseNet trained the way the fastest CIFAR-10 runs train, for an hour of a 2-core CPU.
+
+cifar10-airbench (KellerJordan/cifar10-airbench, arXiv 2404.00498) reaches
+94% on CIFAR-10 in under 4 seconds of an A100, with 0.36 PFLOP of training:
+an hour's arithmetic on two CPU cores. This recipe is its method, in Keras,
+on a DenseNet (`models/densenet_whitened.py`: every layer of a block reads
+the concatenation of all earlier ones):
+
+- a first layer of frozen filters that whiten 2x2 patches, fitted to the
+  training images (`models.PatchWhitening`), and identity-initialized
+  convolutions (`models.PartialIdentity`);
+- batch 1024, Nesterov SGD with momentum 0.85, a triangular learning rate
+  (`models.PiecewiseLinear`), the batch norms' offsets at 64x the learning
+  rate (`keras.optimizers.MultiOptimizer`), label smoothing 0.2;
+- Lookahead: from the fourth epoch, every 5 steps the weights move to their
+  moving average (`callbacks.Lookahead`);
+- 2-pixel translations with reflected edges and flips;
+- a final prediction averaged over six views of each image: mirror x
+  {no shift, one pixel up-left, one down-right}.
+
+Expected result and time: docs/cpu-hour.md, with the machine each was measured on.
+
+    make recipe NAME=densenet_cifar10_cpu ARGS="data.source=folder data.path=DATA"
+"""
+
+import keras
+import numpy as np
+
+import models
+from callbacks import Lookahead, Timing
+from recipes import _data, _experiment
+from recipes._experiment import Experiment
+
+# Keys of configs/densenet_cifar10_cpu.yaml with a few allowed values. Read
+# without importing this module (recipes/_config.py), so it stays a literal.
+CONFIG_SCHEMA = {"model.test_time_views": [1, 2, 6]}
+
+
+def build(config):
+    """Builds what `run` trains: the data and the compiled model.
+
+    Returns:
+        An `Experiment`: the compiled model, its data and strategy.
+    """
+    model_config, train_config = config["model"], config["train"]
+    # Seeds every random generator and sets the dtype policy first.
+    strategy = _experiment.prepare(config)
+
+    # ## Data
+    # `data.augment`: flips and 2-pixel translations with reflected edges.
+    # One-hot labels, for label smoothing.
+    data = _data.load(config["data"], seed=config["execution"]["seed"],
+                      steps_per_epoch=train_config["steps_per_epoch"], one_hot=True,
+                      replicas=strategy.num_replicas_in_sync)
+
+    # ## Model
+    with strategy.scope():
+        # Per-channel normalization with the training images' statistics,
+        # inside the model: a saved model takes plain [0, 1] images.
+        normalization = keras.layers.Normalization(axis=-1, dtype="float32",
+                                                   name="normalization")
+        normalization.adapt(_data.images(data.train_plain))
+        # The whitening filters are fitted to a few thousand normalized
+        # training images, before any training.
+        sample = _first_images(data.train_plain, model_config["whitening_images"])
+        network = models.densenet_whitened(
+            data.input_shape, data.num_classes,
+            whitening_images=keras.ops.convert_to_numpy(normalization(sample)),
+            widths=model_config["widths"], growth_rates=model_config["growth_rates"],
+            layers_per_block=model_config["layers_per_block"],
+            normalization=normalization,
+            whitening=model_config["whitening"], identity_init=model_config["identity_init"],
+            batch_norm_momentum=model_config["batch_norm_momentum"],
+            weight_decay=model_config["weight_decay"],
+            # The offsets train at bias_lr_scale x the rate: the same decay per step.
+            beta_weight_decay=model_config["weight_decay"] / train_config["bias_lr_scale"],
+        )
+        model = (models.AugmentedModel(network, data.augment)
+                 if data.augment_on == "device" else network)
+
+        # ## Training setup
+        # A triangle: from 0.2 x lr up to lr at 23% of the steps, down to 0.07 x lr.
+        total = train_config["epochs"] * data.steps_per_epoch
+        lr = _experiment.learning_rate(config, strategy)
+
+        top = max(1, round(0.23 * total))  # a step of its own, however short the run
+
+        def sgd(peak):
+            schedule = models.PiecewiseLinear([0, top, max(total, top + 1)],
+                                              [0.2 * peak, peak, 0.07 * peak])
+            return keras.optimizers.SGD(schedule, momentum=train_config["momentum"],
+                                        nesterov=True)
+
+        # Batch norm's offsets at bias_lr_scale x the learning rate (airbench's 64).
+        optimizer = keras.optimizers.MultiOptimizer(keras.optimizers.OptimizerMap(
+            sgd(lr), {".*_bn/beta": sgd(lr * train_config["bias_lr_scale"])}))
+        mode = config["execution"]["mode"]
+        model.compile(
+            optimizer=optimizer,
+            loss=keras.losses.CategoricalCrossentropy(
+                label_smoothing=train_config["label_smoothing"]),
+            metrics=["accuracy"],
+            run_eagerly=mode == "eager",
+            jit_compile=mode == "xla",
+            steps_per_execution=config["execution"]["steps_per_execution"],
+        )
+    return Experiment(config, model, data, strategy)
+
+
+def _first_images(batches, count):
+    """The first `count` images of a split's ordered batches, as one array."""
+    images = _data.images(batches)  # an array, or a tf.data.Dataset of image batches
+    if isinstance(images, np.ndarray):
+        return images[:count]
+    return np.asarray(next(iter(images.unbatch().take(count).batch(count))))
+
+
+def run(config):
+    """Trains and evaluates the model that `config` describes.
+
+    Returns:
+        The run's metrics, also written to `<run dir>/metrics.json`.
+    """
+    experiment = build(config)
+    model, data, train_config = experiment.model, experiment.data, config["train"]
+    if config["run"]["verbose"]:
+        model.summary()
+
+    # ## Training
+    run_dir = experiment.open_run_dir()
+    timing = Timing(batch_size=data.batch_size)
+    # Lookahead before the standard callbacks: the checkpoints, the logs and
+    # the backup record the averaged weights.
+    lookahead = Lookahead(total_steps=train_config["epochs"] * data.steps_per_epoch,
+                          start_epoch=train_config["lookahead_start_epoch"])
+    callbacks = [timing, lookahead, *_experiment.standard_callbacks(config, run_dir, data)]
+    model.fit(
+        timing.instrument(data.train),
+        validation_data=data.validation,
+        epochs=train_config["epochs"],
+        steps_per_epoch=data.steps_per_epoch,
+        callbacks=callbacks,
+        verbose=_experiment.fit_verbose(config),
+    )
+
+    # ## Evaluation
+    # The mean prediction over 1, 2 (mirror) or 6 views (mirror x three
+    # shifts): model.test_time_views is the one reported; the line printed
+    # gives all three, to show what the views buy.
+    accuracy = {views: _evaluate(experiment, views) for views in (1, 2, 6)}
+    print("test-time views: " + ", ".join(f"{views} {m['accuracy']:.4f}"
+                                          for views, m in accuracy.items()), flush=True)
+    return experiment.finish(accuracy[config["model"]["test_time_views"]], timing)
+
+
+def _evaluate(experiment, views):
+    """`evaluate`'s metrics on the test split, averaging `views` views of each image."""
+    model, config = experiment.model, experiment.config
+    evaluated = model
+    if views > 1:
+        mode = config["execution"]["mode"]
+        with experiment.strategy.scope():
+            evaluated = models.flip_averaged(models.network_of(model), translate=views == 6)
+            evaluated.compile(loss=model.loss, metrics=["accuracy"],
+                              run_eagerly=mode == "eager", jit_compile=mode == "xla")
+    return evaluated.evaluate(experiment.data.test, return_dict=True, verbose=0)

@@ -1,0 +1,158 @@
+"""The fast-training building blocks of densenet_cifar10_cpu (cifar10-airbench's
+method): patch whitening, identity initialization, the triangular schedule,
+Lookahead, six-view test-time augmentation, reflected translations, and the
+recipe end to end."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+import models
+import recipes
+from callbacks import Lookahead
+from recipes import _augment
+
+
+def test_whitening_decorrelates_the_patches_it_was_fitted_to():
+    rng = np.random.default_rng(0)
+    # Correlated channels: each pixel's colour is mostly one random value.
+    base = rng.normal(size=(200, 12, 12, 1))
+    images = (base + 0.3 * rng.normal(size=(200, 12, 12, 3))).astype("float32")
+    layer = models.PatchWhitening(size=2)
+    layer.adapt(images)
+    outputs = np.asarray(layer(images)) - np.asarray(layer.bias)
+    assert outputs.shape == (200, 11, 11, 24)
+    half = outputs[..., :12].reshape(-1, 12)
+    np.testing.assert_allclose(half.T @ half / len(half), np.eye(12), atol=0.02)
+    np.testing.assert_allclose(outputs[..., 12:], -outputs[..., :12], atol=1e-5)
+    # The filters are frozen, the bias trains.
+    assert [w.name for w in layer.trainable_weights] == ["bias"]
+
+
+def test_whitening_filters_survive_saving(tmp_path):
+    layer = models.PatchWhitening(size=2)
+    layer.adapt(np.random.default_rng(1).random((20, 8, 8, 3)))
+    model = keras.Sequential([keras.Input((8, 8, 3)), layer])
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    np.testing.assert_array_equal(loaded.layers[0].kernel.numpy(), layer.kernel.numpy())
+
+
+def test_partial_identity_forwards_its_input_channels():
+    conv = keras.layers.Conv2D(6, 3, padding="same", use_bias=False,
+                               kernel_initializer=models.PartialIdentity(seed=3))
+    images = np.random.default_rng(2).random((2, 5, 5, 4)).astype("float32")
+    outputs = np.asarray(conv(images))
+    np.testing.assert_allclose(outputs[..., :4], images, atol=1e-6)  # the identity filters
+    assert np.abs(outputs[..., 4:]).max() > 0  # the others are drawn
+    limit = (3 * 3 * 4) ** -0.5
+    assert np.abs(conv.kernel.numpy()[..., 4:]).max() <= limit
+
+
+def test_piecewise_linear_interpolates_and_reloads():
+    schedule = models.PiecewiseLinear([0, 23, 100], [0.2, 1.0, 0.07])
+    values = [float(schedule(step)) for step in (0, 10, 23, 50, 100, 150)]
+    np.testing.assert_allclose(values, [0.2, 0.2 + 0.8 * 10 / 23, 1.0,
+                                        1.0 - 0.93 * 27 / 77, 0.07, 0.07], rtol=1e-6)
+    again = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
+    assert float(again(50)) == float(schedule(50))
+    with pytest.raises(ValueError, match="increasing steps"):
+        models.PiecewiseLinear([0, 10, 10], [1.0, 2.0, 3.0])
+
+
+def _tiny_model():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3),
+                              keras.layers.BatchNormalization(), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(0.1), "mse")
+    return model
+
+
+def test_lookahead_moves_the_weights_to_their_average():
+    rng = np.random.default_rng(0)
+    x, y = rng.random((40, 4)), rng.random((40, 2))
+    plain, averaged = _tiny_model(), _tiny_model()
+    plain.fit(x, y, batch_size=10, epochs=2, verbose=0, shuffle=False)
+    # Starting after the last epoch: nothing changes.
+    late = _tiny_model()
+    late.fit(x, y, batch_size=10, epochs=2, verbose=0, shuffle=False,
+             callbacks=[Lookahead(total_steps=8, start_epoch=2)])
+    for a, b in zip(plain.get_weights(), late.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    lookahead = Lookahead(total_steps=8, start_epoch=0, every=2, decay=0.9)
+    averaged.fit(x, y, batch_size=10, epochs=2, verbose=0, shuffle=False, callbacks=[lookahead])
+    # The weights end as the average (BN's moving statistics included), and differ from plain SGD's.
+    for average, weight in zip(lookahead._average, averaged.weights):
+        np.testing.assert_array_equal(average, weight.numpy())
+    assert not np.allclose(plain.get_weights()[0], averaged.get_weights()[0])
+    assert lookahead.rate(8) == pytest.approx(0.9 ** 2)
+    assert lookahead.rate(4) == pytest.approx(0.9 ** 2 * 0.5 ** 3)
+
+
+def test_lookahead_rejects_impossible_settings():
+    with pytest.raises(ValueError, match="decay"):
+        Lookahead(total_steps=10, decay=1.0)
+
+
+def _probe(size):
+    """A network whose output is a few of its input's pixels, softmaxed: it tells views apart."""
+    images = keras.Input((size, size, 3))
+    picked = keras.layers.Flatten()(images[:, :2, :1, :1])
+    return keras.Model(images, keras.layers.Softmax()(picked))
+
+
+def test_six_views_weight_the_mirror_pairs_half_and_quarters():
+    network = _probe(6)
+    images = np.random.default_rng(0).random((3, 6, 6, 3)).astype("float32")
+    predict = lambda batch: np.asarray(network(batch))
+    pair = lambda batch: (predict(batch) + predict(batch[:, :, ::-1])) / 2
+    padded = np.pad(images, [(0, 0), (1, 1), (1, 1), (0, 0)], mode="reflect")
+    expected = 0.5 * pair(images) + 0.25 * pair(padded[:, :6, :6]) + 0.25 * pair(padded[:, 2:, 2:])
+    np.testing.assert_allclose(models.flip_averaged(network, translate=True).predict(images, verbose=0),
+                               expected, rtol=1e-5)
+    # An image that every view leaves unchanged is predicted as without views.
+    flat = np.ones((2, 6, 6, 3), "float32") * [[[[0.2, 0.5, 0.9]]]]
+    np.testing.assert_allclose(models.flip_averaged(network, translate=True).predict(flat, verbose=0),
+                               predict(flat), rtol=1e-6)
+
+
+@pytest.mark.parametrize("engine", ["keras", "keras_cv"])
+def test_reflected_pad_crop_brings_in_no_black(engine):
+    images = np.random.default_rng(0).uniform(0.5, 1.0, (16, 8, 8, 3)).astype("float32")
+    apply, _ = _augment.pad_crop(engine, seed=1, padding=2, fill="reflect")
+    import tensorflow as tf
+    shifted, _ = apply(tf.constant(images), None)
+    assert np.asarray(shifted).min() >= 0.5  # a zero pad would bring in zeros
+    assert not np.array_equal(np.asarray(shifted), images)
+
+
+@pytest.mark.slow
+def test_recipe_trains_saves_and_reloads(tiny_config, tmp_path, capsys):
+    config = tiny_config("densenet_cifar10_cpu", "train.epochs=2",
+                         "train.lookahead_start_epoch=1", "execution.precision=float32")
+    metrics = recipes.load("densenet_cifar10_cpu").run(config)
+    run_dir = tmp_path / "run"
+    assert metrics["epochs_completed"] == 2
+    # The reported accuracy is the six views' (the YAML's), printed beside one and two views'.
+    views = capsys.readouterr().out.split("test-time views: ")[1].splitlines()[0]
+    assert views.startswith("1 ") and f"6 {metrics['test']['accuracy']:.4f}" in views
+    assert json.loads((run_dir / "metrics.json").read_text())["test"] == metrics["test"]
+    best = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
+    assert best.get_layer("whitening").kernel.shape == (2, 2, 3, 24)
+    assert [type(o).__name__ for o in best.optimizer.optimizers] == ["SGD", "SGD"]
+
+
+def test_the_ablation_switches_change_what_they_name():
+    images = np.random.default_rng(0).random((8, 16, 16, 3)).astype("float32")
+    build = lambda **switches: models.densenet_whitened(
+        (16, 16, 3), 10, images, widths=(8, 8, 8), growth_rates=(4, 4, 4), **switches)
+    whitened, plain = build(), build(whitening=False, identity_init=False)
+    assert not whitened.get_layer("whitening").kernel.trainable
+    assert plain.get_layer("whitening").kernel.trainable
+    identity = whitened.get_layer("block2_conv").kernel.numpy()
+    np.testing.assert_array_equal(identity[1, 1, :8, :8], np.eye(8))
+    assert not np.array_equal(plain.get_layer("block2_conv").kernel.numpy()[1, 1, :8, :8], np.eye(8))
+    # Every layer of a block reads the block's input and every earlier layer's output.
+    assert whitened.get_layer("block1_layer1_concat").output.shape[-1] == 8 + 4
