@@ -33,7 +33,7 @@ from recipes._experiment import Experiment
 
 # Keys of configs/densenet_cifar10_cpu.yaml with a few allowed values. Read
 # without importing this module (recipes/_config.py), so it stays a literal.
-CONFIG_SCHEMA = {"model.test_time_views": [1, 2, 6]}
+CONFIG_SCHEMA = {"model.test_time_views": [1, 2, 6], "train.schedule": ["triangle"]}
 
 
 def build(config):

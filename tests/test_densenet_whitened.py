@@ -156,3 +156,13 @@ def test_the_ablation_switches_change_what_they_name():
     assert not np.array_equal(plain.get_layer("block2_conv").kernel.numpy()[1, 1, :8, :8], np.eye(8))
     # Every layer of a block reads the block's input and every earlier layer's output.
     assert whitened.get_layer("block1_layer1_concat").output.shape[-1] == 8 + 4
+
+
+def test_extending_a_run_on_the_triangle_is_refused(tiny_config, tmp_path):
+    """The triangle spans all epochs: more of them would restart its curve."""
+    from recipes import UserError, _config, _rundir
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(_config.dump(tiny_config("densenet_cifar10_cpu")))
+    with pytest.raises(UserError, match="'triangle' schedule over all its epochs"):
+        _rundir.choose(tiny_config("densenet_cifar10_cpu", "train.epochs=5"))

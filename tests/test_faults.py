@@ -209,6 +209,6 @@ def test_changing_the_epochs_of_a_scheduled_run_is_refused(tiny_config, tmp_path
     """A cosine schedule spans all epochs: more of them would restart its curve."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "config.yaml").write_text(_config.dump(tiny_config("densenet_cifar10_cpu")))
+    (run_dir / "config.yaml").write_text(_config.dump(tiny_config("densenet_cifar10_wide")))
     with pytest.raises(UserError, match="'cosine' schedule over all its epochs"):
-        _rundir.choose(tiny_config("densenet_cifar10_cpu", "train.epochs=5"))
+        _rundir.choose(tiny_config("densenet_cifar10_wide", "train.epochs=5"))

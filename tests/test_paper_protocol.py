@@ -15,7 +15,7 @@ def test_the_paper_recipe_trains_on_every_image_with_its_momentum_and_padding():
     assert paper["model"]["batch_norm_momentum"] == 0.9  # Torch's 0.1
     assert paper["data"]["augment"][0] == {"pad_crop": {"fill": "mean"}}
     # The CPU recipe keeps the protocol its results were measured with.
-    cpu = _config.resolve("densenet_cifar10_cpu", announce=lambda line: None)
+    cpu = _config.resolve("densenet_cifar10_wide", announce=lambda line: None)
     assert cpu["data"]["validation_split"] == 0.1 and cpu["data"]["augment"][0] == "pad_crop"
 
 

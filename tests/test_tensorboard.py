@@ -137,7 +137,7 @@ def test_kernels_are_sorted_into_kinds_of_work(kernel, kind):
 def test_the_profile_command_tables_where_the_step_time_goes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # runs/ is relative to where the command runs
     # A recipe with a warm-up, which one profiled epoch has no room for.
-    path = _profile.profile("densenet_cifar10_cpu", overrides=[
+    path = _profile.profile("densenet_cifar10_wide", overrides=[
         "data.source=synthetic", "data.synthetic_examples=256", "data.batch_size=16",
         "model.depth=10", "model.growth_rate=8", "execution.onednn=null"])
     rows = [line.split("|")[1:4] for line in path.read_text().splitlines()[4:] if line.startswith("| ")]
