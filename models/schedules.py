@@ -16,6 +16,8 @@ class PiecewiseLinear(keras.optimizers.schedules.LearningRateSchedule):
     Args:
         steps: the points' optimizer steps, increasing, the first 0.
         values: the learning rate at each point.
+        stop: from this step on, the rate is 0 (airbench stops training its
+            whitening layer's bias after 3 epochs); None never stops.
 
     Example:
 
@@ -25,13 +27,13 @@ class PiecewiseLinear(keras.optimizers.schedules.LearningRateSchedule):
     ```
     """
 
-    def __init__(self, steps, values):
+    def __init__(self, steps, values, stop=None):
         steps, values = [int(s) for s in steps], [float(v) for v in values]
         if (len(steps) != len(values) or len(steps) < 2 or steps[0] != 0
                 or any(b <= a for a, b in zip(steps, steps[1:]))):
             raise ValueError("PiecewiseLinear needs two or more points with increasing steps "
                              f"from 0, received: steps={steps}, values={values}")
-        self.steps, self.values = steps, values
+        self.steps, self.values, self.stop = steps, values, stop
 
     def __call__(self, step):
         step = ops.cast(step, "float32")
@@ -41,7 +43,7 @@ class PiecewiseLinear(keras.optimizers.schedules.LearningRateSchedule):
                                                        self.values, self.values[1:]))):
             along = (step - start) / (end - start)
             rate = ops.where(step < end, low + (high - low) * along, rate)
-        return rate
+        return rate if self.stop is None else ops.where(step < self.stop, rate, 0.0)
 
     def get_config(self):
-        return {"steps": self.steps, "values": self.values}
+        return {"steps": self.steps, "values": self.values, "stop": self.stop}

@@ -85,15 +85,18 @@ def build(config):
 
         top = max(1, round(0.23 * total))  # a step of its own, however short the run
 
-        def sgd(peak):
+        def sgd(peak, stop=None):
             schedule = models.PiecewiseLinear([0, top, max(total, top + 1)],
-                                              [0.2 * peak, peak, 0.07 * peak])
+                                              [0.2 * peak, peak, 0.07 * peak], stop=stop)
             return keras.optimizers.SGD(schedule, momentum=train_config["momentum"],
                                         nesterov=True)
 
-        # Batch norm's offsets at bias_lr_scale x the learning rate (airbench's 64).
+        # Batch norm's offsets at bias_lr_scale x the learning rate (airbench's
+        # 64); the whitening layer's bias stops training after a few epochs.
+        stop = train_config["whitening_bias_epochs"] * data.steps_per_epoch
         optimizer = keras.optimizers.MultiOptimizer(keras.optimizers.OptimizerMap(
-            sgd(lr), {".*_bn/beta": sgd(lr * train_config["bias_lr_scale"])}))
+            sgd(lr), {".*_bn/beta": sgd(lr * train_config["bias_lr_scale"]),
+                      "whitening/bias": sgd(lr, stop=stop)}))
         mode = config["execution"]["mode"]
         model.compile(
             optimizer=optimizer,

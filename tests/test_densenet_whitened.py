@@ -58,6 +58,8 @@ def test_piecewise_linear_interpolates_and_reloads():
                                         1.0 - 0.93 * 27 / 77, 0.07, 0.07], rtol=1e-6)
     again = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
     assert float(again(50)) == float(schedule(50))
+    stopped = models.PiecewiseLinear([0, 23, 100], [0.2, 1.0, 0.07], stop=40)
+    assert float(stopped(39)) == float(schedule(39)) and float(stopped(40)) == 0.0
     with pytest.raises(ValueError, match="increasing steps"):
         models.PiecewiseLinear([0, 10, 10], [1.0, 2.0, 3.0])
 
@@ -141,7 +143,7 @@ def test_recipe_trains_saves_and_reloads(tiny_config, tmp_path, capsys):
     assert json.loads((run_dir / "metrics.json").read_text())["test"] == metrics["test"]
     best = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
     assert best.get_layer("whitening").kernel.shape == (2, 2, 3, 24)
-    assert [type(o).__name__ for o in best.optimizer.optimizers] == ["SGD", "SGD"]
+    assert [type(o).__name__ for o in best.optimizer.optimizers] == ["SGD", "SGD", "SGD"]
 
 
 def test_the_ablation_switches_change_what_they_name():
