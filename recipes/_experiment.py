@@ -208,7 +208,7 @@ class Experiment:
             "mode_used": execution_mode(model),
             "precision": config["execution"]["precision"],
             "augment_on": self.augment_on,
-            "augment_engine": config["data"]["augment_engine"] if self.data.augment else None,
+            "augment_engine": self.data.augment.engine if self.data.augment else None,
             "strategy": config["execution"]["strategy"],
             "replicas": self.strategy.num_replicas_in_sync,
             "global_batch": self.data.batch_size,
