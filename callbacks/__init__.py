@@ -4,7 +4,8 @@ from callbacks.diagnostics import Diagnostics
 from callbacks.divergence_stop import DivergenceStop, TrainingDiverged
 from callbacks.execution_mode_check import ExecutionModeCheck, execution_mode
 from callbacks.graph_writer import GraphWriter
+from callbacks.run_estimate import RunEstimate
 from callbacks.timing import Timing
 
-__all__ = ["Diagnostics", "DivergenceStop", "ExecutionModeCheck", "GraphWriter", "Timing",
-           "TrainingDiverged", "execution_mode"]
+__all__ = ["Diagnostics", "DivergenceStop", "ExecutionModeCheck", "GraphWriter", "RunEstimate",
+           "Timing", "TrainingDiverged", "execution_mode"]

@@ -34,7 +34,7 @@ DEFAULTS = {
         "cache": True,  # tfds: keep decoded uint8 images in memory after the first epoch
         "augment": [],  # training-only operations, in order: see recipes/_augment.py
         "augment_on": "auto",  # device (in the training step) or host (tf.data); auto: device on a GPU or without TensorFlow
-        "augment_engine": "auto",  # keras_cv | keras (Keras core's layers, same names); auto: keras_cv on TensorFlow, keras on JAX
+        "augment_engine": "auto",  # keras_cv | keras (Keras core's); auto: keras_cv on TF, keras on JAX
     },
     "model": {},
     "train": {
