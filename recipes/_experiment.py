@@ -170,9 +170,14 @@ class Experiment:
         `multi_worker`, only the chief writes the run's files; each other
         worker keeps its own training state in `workers/worker-I/` beside them.
         """
-        if self.config["run"]["dir"] is not None:  # before choose() changes anything there
-            _rundir.check_backup_fits(self.config["run"]["dir"], self.model)
+        # A saved state the model no longer fits is refused before choose()
+        # changes anything in run.dir (it reopens a finished run there).
+        named = self.config["run"]["dir"]
+        if named is not None:
+            _rundir.check_backup_fits(named, self.model)
         run_dir = _rundir.choose(self.config)
+        if named is None:  # run.resume's pick, or a new directory
+            _rundir.check_backup_fits(run_dir, self.model)
         if not self.chief:
             run_dir = run_dir / "workers" / f"worker-{_rundir.worker_task()[0]}"
         _rundir.check_backup(run_dir)

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 import recipes
+from conftest import run_with
 from recipes import UserError, _data, _rundir
 from recipes.tools import curves
 
 from test_data import write_folder
-from test_faults import interrupted_run
+from test_faults import StopAfterEpoch, interrupted_run
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garble"])
@@ -89,3 +90,20 @@ def test_the_tensorboard_hint_is_quoted_for_the_shell(tiny_config, tmp_path, cap
     [hint] = [line for line in capsys.readouterr().out.splitlines() if "--logdir" in line]
     command = hint.split("TensorBoard: ")[1]
     assert shlex.split(command) == ["tensorboard", "--logdir", str(run_dir / "tensorboard")]
+
+
+@pytest.mark.slow
+def test_resuming_the_latest_run_after_a_class_was_added_is_refused(tiny_config, tmp_path,
+                                                                     monkeypatch):
+    monkeypatch.chdir(tmp_path)  # runs/ is relative to where a command runs
+    write_folder(tmp_path / "data")
+    folder = ["data.source=folder", f"data.path={tmp_path / 'data'}", "data.validation_split=0.25",
+              "data.batch_size=4", "run.dir=null"]
+    interrupted = tiny_config("mnist_mlp", *folder, "train.epochs=3")
+    with pytest.raises(KeyboardInterrupt):
+        run_with(recipes.load("mnist_mlp"), interrupted, StopAfterEpoch(1))
+    write_folder(tmp_path / "data", classes=("emu",))
+
+    with pytest.raises(UserError, match="saved state does not fit"):
+        recipes.load("mnist_mlp").build(
+            tiny_config("mnist_mlp", *folder, "train.epochs=3", "run.resume=true")).open_run_dir()
