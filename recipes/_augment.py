@@ -20,10 +20,12 @@ labels into soft labels: with them, the pipeline gives one-hot labels
   this repository's CPU machine; README, "Augmentation"); `device` without
   TensorFlow installed, where tf.data is not.
 
-`data.augment_engine` picks the layers: `keras_cv` (the default), or `keras`,
-Keras core's equivalents under the same names and parameters. keras-cv's last
-release was in April 2024; the README lists what differs between the two.
-It is imported only when one of its operations is built.
+`data.augment_engine` picks the layers: `keras_cv`, or `keras`, Keras core's
+equivalents under the same names and parameters; `auto` (the default) is
+keras-cv on TensorFlow and Keras core on JAX, where keras-cv's TensorFlow
+layers cannot run in the step. keras-cv's last release was in April 2024; the
+README lists what differs between the two. It is imported only when one of
+its operations is built.
 """
 
 import inspect
@@ -249,11 +251,13 @@ class Augmentation:
         layers: the Keras layers the operations draw random numbers with. A
             model that augments in its training step tracks them, so that on
             JAX their seed states travel with the step's state.
+        engine: the library whose layers it uses, `keras_cv` or `keras`.
     """
 
-    def __init__(self, steps):
+    def __init__(self, steps, engine):
         self._steps = steps
         self.layers = [layer for _, layer in steps]
+        self.engine = engine
 
     def __call__(self, images, labels):
         for apply, _ in self._steps:
@@ -271,15 +275,15 @@ def mixes_labels(entries):
     return any(_parse(entry)[0] in NEEDS_ONE_HOT for entry in entries)
 
 
-def pipeline(entries, one_hot, seed=0, engine="keras_cv"):
-    """Returns an `Augmentation` applying `entries` in order, or None when
-    there are none.
+def pipeline(entries, one_hot, seed=0, engine="auto"):
+    """Returns an `Augmentation` applying `entries` in order with `engine`'s
+    layers (`auto`: `resolve_engine`'s), or None when there are none.
 
     Raises:
         UserError: for an unknown operation or parameter.
         ValueError: for a mixing operation on integer labels.
     """
-    steps = []
+    engine, steps = resolve_engine(engine), []
     for index, entry in enumerate(entries):
         name, params = _parse(entry)
         if name not in OPERATIONS:
@@ -293,7 +297,17 @@ def pipeline(entries, one_hot, seed=0, engine="keras_cv"):
             accepted = list(inspect.signature(OPERATIONS[name]).parameters)[2:]
             raise UserError(f"data.augment: bad parameters for '{name}' ({error}); "
                             f"it takes {', '.join(accepted) or 'none'}.") from None
-    return Augmentation(steps) if steps else None
+    return Augmentation(steps, engine) if steps else None
+
+
+def resolve_engine(engine):
+    """`data.augment_engine`, with `auto` made keras-cv on TensorFlow and
+    Keras core's layers on JAX."""
+    from recipes import _environment
+
+    if engine != "auto":
+        return engine
+    return "keras_cv" if _environment.backend() == "tensorflow" else "keras"
 
 
 def _parse(entry):

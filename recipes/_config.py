@@ -34,7 +34,7 @@ DEFAULTS = {
         "cache": True,  # tfds: keep decoded uint8 images in memory after the first epoch
         "augment": [],  # training-only operations, in order: see recipes/_augment.py
         "augment_on": "auto",  # device (in the training step) or host (tf.data); auto: device on a GPU or without TensorFlow
-        "augment_engine": "keras_cv",  # or keras: Keras core's layers under the same names
+        "augment_engine": "auto",  # keras_cv | keras (Keras core's); auto: keras_cv on TF, keras on JAX
     },
     "model": {},
     "train": {
@@ -87,7 +87,7 @@ TYPES = {
 CHOICES = {
     "data.source": ["tfds", "synthetic", "folder"],
     "data.augment_on": ["auto", "device", "host"],
-    "data.augment_engine": ["keras_cv", "keras"],
+    "data.augment_engine": ["auto", "keras_cv", "keras"],
     "execution.backend": ["tensorflow", "jax"],
     "execution.mode": ["eager", "graph", "xla"],
     "execution.precision": ["float32", "mixed_float16", "mixed_bfloat16"],

@@ -87,8 +87,7 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False, replicas=1):
     one_hot = one_hot or _augment.mixes_labels(data_config["augment"])
     augment = _augment.pipeline(data_config["augment"], one_hot, seed,
                                 data_config["augment_engine"])
-    augment_on = (_augment.placement(data_config["augment_on"], data_config["augment_engine"])
-                  if augment else None)
+    augment_on = _augment.placement(data_config["augment_on"], augment.engine) if augment else None
     source, evaluated_on = data_config["source"], "test"
     with_tensorflow = _environment.has_tensorflow()
     if not with_tensorflow and (source == "tfds" or augment_on == "host"):

@@ -14,6 +14,7 @@ import keras
 import numpy as np
 
 from callbacks import Diagnostics, DivergenceStop, ExecutionModeCheck, GraphWriter, execution_mode
+from callbacks import RunEstimate
 from models import AugmentedModel, network_of
 from recipes import UserError, _environment, _rundir
 
@@ -169,9 +170,14 @@ class Experiment:
         `multi_worker`, only the chief writes the run's files; each other
         worker keeps its own training state in `workers/worker-I/` beside them.
         """
-        if self.config["run"]["dir"] is not None:  # before choose() changes anything there
-            _rundir.check_backup_fits(self.config["run"]["dir"], self.model)
+        # A saved state the model no longer fits is refused before choose()
+        # changes anything in run.dir (it reopens a finished run there).
+        named = self.config["run"]["dir"]
+        if named is not None:
+            _rundir.check_backup_fits(named, self.model)
         run_dir = _rundir.choose(self.config)
+        if named is None:  # run.resume's pick, or a new directory
+            _rundir.check_backup_fits(run_dir, self.model)
         if not self.chief:
             run_dir = run_dir / "workers" / f"worker-{_rundir.worker_task()[0]}"
         _rundir.check_backup(run_dir)
@@ -208,7 +214,7 @@ class Experiment:
             "mode_used": execution_mode(model),
             "precision": config["execution"]["precision"],
             "augment_on": self.augment_on,
-            "augment_engine": config["data"]["augment_engine"] if self.data.augment else None,
+            "augment_engine": self.data.augment.engine if self.data.augment else None,
             "strategy": config["execution"]["strategy"],
             "replicas": self.strategy.num_replicas_in_sync,
             "global_batch": self.data.batch_size,
@@ -274,6 +280,11 @@ def weights_digest(model):
     return digest.hexdigest()
 
 
+# What RunEstimate adds to a CPU run's estimate of more than a day.
+CPU_HINT = ("On a CPU, densenet_cifar10_cpu trains a DenseNet for CIFAR-10 in about an hour "
+            "(make recipe NAME=densenet_cifar10_cpu).")
+
+
 def fit_verbose(config):
     """`run.verbose` for `model.fit`: a progress bar only on a terminal."""
     verbose = config["run"]["verbose"]
@@ -296,6 +307,7 @@ def standard_callbacks(config, run_dir, data):
         ExecutionModeCheck(config["execution"]["mode"]),
         # Not TerminateOnNaN, after which fit returns as if it had finished.
         DivergenceStop(run_dir),
+        RunEstimate(config["train"]["epochs"], None if _environment.gpus() else CPU_HINT),
     ]
     # Saves the whole training state each epoch, and restores it when the
     # same run directory trains again: a kill loses one epoch at most. The

@@ -166,7 +166,7 @@ def interrupt_note(again):
     epochs = _saved_state(backup, "")[0] or _saved_state(backup, ".bkp")[0]
     if not epochs:
         return (f"interrupted before the first epoch of {training_in} finished: no epoch "
-                "was saved; the same command starts it again.")
+                f"was saved; {again} starts it again from the beginning.")
     return (f"interrupted: {epochs} finished epoch(s) are saved in {training_in}; "
             f"run {again} to continue.")
 

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 import recipes
+from conftest import run_with
 from recipes import UserError, _data, _rundir
 from recipes.tools import curves
 
 from test_data import write_folder
-from test_faults import interrupted_run
+from test_faults import StopAfterEpoch, interrupted_run
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garble"])
@@ -62,7 +63,7 @@ def test_a_torn_history_row_is_repaired_and_the_run_resumes(tiny_config, tmp_pat
 
     assert "repaired" in capsys.readouterr().out
     assert [int(row["epoch"]) for row in _rundir.read_rows(history)] == [0, 1, 2, 3, 4]
-    assert "3,0.1" not in history.read_text() and metrics["epochs_completed"] == 5
+    assert "3,0.1" not in history.read_text().splitlines() and metrics["epochs_completed"] == 5
 
 
 @pytest.mark.slow
@@ -89,3 +90,20 @@ def test_the_tensorboard_hint_is_quoted_for_the_shell(tiny_config, tmp_path, cap
     [hint] = [line for line in capsys.readouterr().out.splitlines() if "--logdir" in line]
     command = hint.split("TensorBoard: ")[1]
     assert shlex.split(command) == ["tensorboard", "--logdir", str(run_dir / "tensorboard")]
+
+
+@pytest.mark.slow
+def test_resuming_the_latest_run_after_a_class_was_added_is_refused(tiny_config, tmp_path,
+                                                                     monkeypatch):
+    monkeypatch.chdir(tmp_path)  # runs/ is relative to where a command runs
+    write_folder(tmp_path / "data")
+    folder = ["data.source=folder", f"data.path={tmp_path / 'data'}", "data.validation_split=0.25",
+              "data.batch_size=4", "run.dir=null"]
+    interrupted = tiny_config("mnist_mlp", *folder, "train.epochs=3")
+    with pytest.raises(KeyboardInterrupt):
+        run_with(recipes.load("mnist_mlp"), interrupted, StopAfterEpoch(1))
+    write_folder(tmp_path / "data", classes=("emu",))
+
+    with pytest.raises(UserError, match="saved state does not fit"):
+        recipes.load("mnist_mlp").build(
+            tiny_config("mnist_mlp", *folder, "train.epochs=3", "run.resume=true")).open_run_dir()

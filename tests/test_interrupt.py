@@ -25,7 +25,8 @@ def test_an_interrupt_before_the_first_epoch_says_nothing_was_saved(tmp_path):
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err[-2000:]
-    assert f"interrupted before the first epoch of {run_dir} finished: no epoch was saved" in err
+    assert (f"interrupted before the first epoch of {run_dir} finished: no epoch was saved; "
+            "the same command with run.resume=true (or the same run.dir) starts it again") in err
     assert "finished epochs are saved" not in err
 
 

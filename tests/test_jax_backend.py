@@ -373,7 +373,7 @@ def test_auto_places_augmentation_in_the_step_without_tensorflow(monkeypatch):
     ([], "data.source=tfds reads tensorflow-datasets, which needs TensorFlow"),
     (["data.source=synthetic", "data.augment=[flip]", "data.augment_engine=keras",
       "data.augment_on=host"], "data.augment_on=host augments in tf.data"),
-    (["data.source=synthetic", "data.augment=[flip]"],
+    (["data.source=synthetic", "data.augment=[flip]", "data.augment_engine=keras_cv"],
      "data.augment_engine=keras_cv needs TensorFlow"),
 ])
 def test_without_tensorflow_what_needs_it_is_one_line(overrides, message, monkeypatch):

@@ -30,7 +30,7 @@ def preview(name, config_files=(), overrides=(), count=8):
     path = Path(config["run"]["dir"]).expanduser() / "augmentation.png"
     entries = ", ".join(map(str, config["data"]["augment"]))
     plots.image_grid([(images, labels), (augmented, mixed)], ["original", "augmented"],
-                      f"{name}: {entries} ({config['data']['augment_engine']})", path)
+                      f"{name}: {entries} ({data.augment.engine})", path)
     print(f"preview: {path}")
     return path
 

@@ -1,0 +1,43 @@
+"""data.augment_engine=auto, the default: keras-cv on TensorFlow, Keras
+core's layers on JAX, where keras-cv's cannot run in the step; metrics.json
+says which."""
+
+import json
+import subprocess
+import sys
+
+import keras
+import keras_cv
+import pytest
+
+from conftest import ROOT, TINY, TINY_MODEL
+from recipes import _augment, _config, _environment
+
+from test_jax_backend import JAX_ENV
+
+
+def test_auto_is_the_default_and_follows_the_backend(monkeypatch):
+    assert _config.resolve("mnist_mlp", announce=print)["data"]["augment_engine"] == "auto"
+    on_tensorflow = _augment.pipeline(["flip"], one_hot=False, engine="auto")
+    assert on_tensorflow.engine == "keras_cv"
+    assert isinstance(on_tensorflow.layers[0], keras_cv.layers.RandomFlip)
+    monkeypatch.setattr(_environment, "backend", lambda: "jax")
+    on_jax = _augment.pipeline(["flip"], one_hot=False, engine="auto")
+    assert on_jax.engine == "keras" and type(on_jax.layers[0]) is keras.layers.RandomFlip
+    assert _augment.pipeline(["flip"], one_hot=False, engine="keras_cv").engine == "keras_cv"
+
+
+@pytest.mark.slow
+def test_densenet_augments_in_the_jax_step_without_naming_an_engine(tmp_path):
+    """`densenet_cifar10 execution.backend=jax data.augment_on=device`, which
+    was refused while the DenseNet configs named keras-cv."""
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "recipes", "run", "densenet_cifar10", *TINY,
+         *TINY_MODEL["densenet_cifar100"], "execution.backend=jax", "data.augment_on=device",
+         f"run.dir={run_dir}"], cwd=ROOT, env=JAX_ENV, capture_output=True, text=True,
+        timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert (metrics["backend"], metrics["augment_on"], metrics["augment_engine"]) == (
+        "jax", "device", "keras")
