@@ -300,12 +300,21 @@ def standard_callbacks(config, run_dir, data):
     if chosen["checkpoint"]:
         checkpoints = run_dir / "checkpoints"
         callbacks += [
+            # Keras starts each process with no best value, which any epoch
+            # beats: a resumed run starts from the best its history holds.
             keras.callbacks.ModelCheckpoint(
                 checkpoints / "best.keras", monitor=chosen["monitor"],
-                save_best_only=True),
+                save_best_only=True,
+                initial_value_threshold=_best_so_far(run_dir, chosen["monitor"])),
             keras.callbacks.ModelCheckpoint(checkpoints / "last.keras"),
         ]
     return [*callbacks, backup]
+
+
+def _best_so_far(run_dir, monitor):
+    """The best `monitor` value in the run's history.csv (the epochs earlier
+    processes of this run trained, which best.keras holds), or None."""
+    return _best_epoch(_rundir.read_history(run_dir / "history.csv"), monitor).get(monitor)
 
 
 def _best_epoch(epochs, monitor):
