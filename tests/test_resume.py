@@ -171,3 +171,21 @@ def test_a_worse_epoch_after_a_resume_keeps_best_keras(tiny_config, tmp_path):
     for kept, trained in zip(keras.saving.load_model(best).get_weights(),
                              recorded.weights[metrics["best"]["epoch"]]):
         np.testing.assert_array_equal(kept, trained)
+
+
+def test_two_runs_started_in_the_same_second_get_two_directories(tiny_config, tmp_path,
+                                                                 monkeypatch):
+    import datetime
+
+    class Frozen(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2026, 1, 1, 12, 0, 0)
+
+    monkeypatch.chdir(tmp_path)  # runs/ is relative to where the command runs
+    monkeypatch.setattr(datetime, "datetime", Frozen)
+    config = tiny_config("mnist_mlp", "run.dir=null")
+    first, second, third = (_rundir.choose(config) for _ in range(3))
+    assert [first.name, second.name, third.name] == [
+        "20260101-120000", "20260101-120000-2", "20260101-120000-3"]
+    assert all(d.is_dir() and not any(d.iterdir()) for d in (first, second, third))
