@@ -14,9 +14,11 @@ the remainder, so every step has one shape and XLA compiles once.
 """
 
 import dataclasses
-import math
 import hashlib
+import math
+import os
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -415,14 +417,29 @@ def _folder_arrays(folder, input_shape):
         raise
     seconds = time.perf_counter() - started
     try:
-        cache.parent.mkdir(exist_ok=True)
-        partial = cache.with_suffix(".partial.npz")  # renamed when complete
-        np.savez(partial, images=images, labels=labels, classes=np.array(classes),
-                 fingerprint=fingerprint)
-        partial.replace(cache)
+        _write_atomically(cache, images=images, labels=labels, classes=np.array(classes),
+                          fingerprint=fingerprint)
         where = f"cached in {cache}"
     except OSError as error:
         where = f"not cached ({error}): they will be decoded again next time"
     print(f"decoded {len(files):,} images in {seconds:.1f} s "
           f"({len(files) / seconds:,.0f} images/s); {where}", flush=True)
     return images, labels, classes
+
+
+def _write_atomically(cache, **arrays):
+    """Saves `arrays` as the .npz file `cache`, through a temporary file of
+    this process's own in the same folder, renamed when complete: a reader
+    never sees a partial cache, and two processes decoding one folder at
+    once never write into the same file."""
+    cache.parent.mkdir(exist_ok=True)
+    handle, partial = tempfile.mkstemp(dir=cache.parent, prefix=f"{cache.stem}.",
+                                       suffix=".partial.npz")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            np.savez(file, **arrays)
+        os.chmod(partial, 0o644)  # mkstemp's file is private; a cache is not
+        os.replace(partial, cache)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
