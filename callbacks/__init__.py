@@ -2,9 +2,10 @@
 
 from callbacks.diagnostics import Diagnostics
 from callbacks.divergence_stop import DivergenceStop, TrainingDiverged
+from callbacks.epoch_seeds import EpochSeeds
 from callbacks.execution_mode_check import ExecutionModeCheck, execution_mode
 from callbacks.graph_writer import GraphWriter
 from callbacks.timing import Timing
 
-__all__ = ["Diagnostics", "DivergenceStop", "ExecutionModeCheck", "GraphWriter", "Timing",
+__all__ = ["Diagnostics", "DivergenceStop", "EpochSeeds", "ExecutionModeCheck", "GraphWriter", "Timing",
            "TrainingDiverged", "execution_mode"]

@@ -12,7 +12,8 @@ import warnings
 import keras
 import numpy as np
 
-from callbacks import Diagnostics, DivergenceStop, ExecutionModeCheck, GraphWriter, execution_mode
+from callbacks import (Diagnostics, DivergenceStop, EpochSeeds, ExecutionModeCheck, GraphWriter,
+                       execution_mode)
 from models import AugmentedModel, network_of
 from recipes import UserError, _environment, _rundir
 
@@ -132,14 +133,18 @@ class Experiment:
         """Creates the run directory, or reopens `run.dir`'s to resume it, and
         writes the resolved `config.yaml` there; returns its path.
 
-        A damaged or partial backup in it is repaired or refused first. Under
+        A damaged or partial backup in it is repaired or refused first, and
+        `data.train` then starts at the step the run resumes at. Under
         `multi_worker`, only the chief writes the run's files; each other
         worker keeps its own training state in `workers/worker-I/` beside them.
         """
         run_dir = _rundir.choose(self.config)
         if not self.chief:
             run_dir = run_dir / "workers" / f"worker-{_rundir.worker_task()[0]}"
-        _rundir.check_backup(run_dir)
+        # BackupAndRestore resumes after the epochs its backup holds: the data
+        # goes on from there too, with the batches an uninterrupted run sees.
+        finished_epochs = _rundir.check_backup(run_dir)
+        self.data.train = self.data.train_from(finished_epochs * self.data.steps_per_epoch)
         self.run_dir = _rundir.create(run_dir, self.config)
         return self.run_dir
 
@@ -248,7 +253,7 @@ def fit_verbose(config):
 
 def standard_callbacks(config, run_dir, data):
     """Returns the callbacks every recipe trains with, as `config` asks:
-    ExecutionModeCheck, DivergenceStop, CSVLogger, GraphWriter, TensorBoard,
+    ExecutionModeCheck, EpochSeeds, DivergenceStop, CSVLogger, GraphWriter, TensorBoard,
     Diagnostics, ModelCheckpoint, and BackupAndRestore last. A worker that is
     not the chief gets only those that write nothing shared.
 
@@ -256,8 +261,12 @@ def standard_callbacks(config, run_dir, data):
     record its numbers. `data` gives Diagnostics its first training batch.
     """
     chosen = config["callbacks"]
+    device_augmentation = data.augment.layers if data.augment_on == "device" else []
     callbacks = [
         ExecutionModeCheck(config["execution"]["mode"]),
+        # Dropout masks and device augmentation from (seed, epoch): a resumed
+        # epoch draws what it would have drawn without the interruption.
+        EpochSeeds(config["execution"]["seed"], device_augmentation),
         # Not TerminateOnNaN, after which fit returns as if it had finished.
         DivergenceStop(run_dir),
     ]

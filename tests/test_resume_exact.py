@@ -1,0 +1,87 @@
+"""A run interrupted at an epoch boundary and resumed trains exactly as the
+uninterrupted run: the same batches, augmentation draws, dropout masks and
+optimizer state, so bitwise the same losses and weights when TensorFlow runs
+each op on one thread.
+
+Each training runs in a process of its own, as a user's resumed run does.
+"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, TINY
+
+# Trains a recipe as `python -m recipes run` does, on one CPU thread (where
+# TensorFlow's CPU kernels give the same bits every run; its op determinism
+# refuses the tf.timestamp that Timing's input-wait stage runs in tf.data).
+# argv[1] is the recipe, argv[2] a JSON list of overrides; prints the metrics.
+DRIVER = """
+import json, sys
+import keras
+if keras.backend.backend() == "tensorflow":
+    import tensorflow as tf
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+import recipes
+from recipes import _config
+config = _config.resolve(sys.argv[1], overrides=json.loads(sys.argv[2]), announce=lambda line: None)
+print(json.dumps(recipes.load(sys.argv[1]).run(config)))
+"""
+
+
+def train(name, backend, overrides):
+    """Trains `name` in a process of its own; returns its metrics."""
+    result = subprocess.run([sys.executable, "-c", DRIVER, name, json.dumps(overrides)],
+                            cwd=ROOT, env={**os.environ, "KERAS_BACKEND": backend},
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def train_whole_and_resumed(name, tmp_path, backend, *overrides):
+    """Trains `name` 4 epochs in one go, and in another run directory 2,
+    then resumed to 4 in a new process; returns the two runs' final metrics
+    and their history.csv losses."""
+    common = [*TINY, f"execution.backend={backend}", *overrides]
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    whole_metrics = train(name, backend, [*common, f"run.dir={whole}", "train.epochs=4"])
+    train(name, backend, [*common, f"run.dir={resumed}", "train.epochs=2"])
+    resumed_metrics = train(name, backend, [*common, f"run.dir={resumed}", "train.epochs=4"])
+    return ((whole_metrics, resumed_metrics),
+            [losses(run / "history.csv") for run in (whole, resumed)])
+
+
+def losses(history):
+    with history.open() as file:
+        return [(row["loss"], row["val_loss"]) for row in csv.DictReader(file)]
+
+
+# On JAX the batches and seed states after a resume are the uninterrupted
+# run's (checked by hand), yet the losses after it differ, with dropout off
+# too: the cause is not found, and the docs do not promise it there.
+NOT_EXACT_ON_JAX = pytest.mark.xfail(strict=True, reason="a resume on JAX is not exact yet")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, backend, overrides", [
+    pytest.param("mnist_mlp", "tensorflow", [], id="dropout"),
+    pytest.param("cifar10_cnn", "tensorflow",
+                 ["data.augment_on=device", "data.augment_engine=keras",
+                  "data.augment=[flip,pad_crop,shift]"], id="device-augmentation"),
+    pytest.param("cifar10_cnn", "tensorflow",
+                 ["data.augment_on=host", "data.augment_engine=keras",
+                  "data.augment=[flip,pad_crop,shift]"], id="host-augmentation"),
+    pytest.param("mnist_mlp", "jax", [], id="jax-dropout", marks=NOT_EXACT_ON_JAX),
+])
+def test_a_resumed_run_equals_the_uninterrupted_one(name, backend, overrides, tmp_path):
+    (whole, resumed), (whole_losses, resumed_losses) = train_whole_and_resumed(
+        name, tmp_path, backend, *overrides)
+    assert len(whole_losses) == len(resumed_losses) == 4
+    assert resumed_losses == whole_losses
+    assert resumed["weights_sha256"] == whole["weights_sha256"]
+
