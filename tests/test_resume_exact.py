@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from conftest import ROOT, TINY
+from recipes.tools import soak
 
 # Trains a recipe as `python -m recipes run` does, on one CPU thread (where
 # TensorFlow's CPU kernels give the same bits every run; its op determinism
@@ -85,3 +86,25 @@ def test_a_resumed_run_equals_the_uninterrupted_one(name, backend, overrides, tm
     assert resumed_losses == whole_losses
     assert resumed["weights_sha256"] == whole["weights_sha256"]
 
+
+@pytest.mark.slow
+def test_the_soak_compares_the_resumed_run_with_an_uninterrupted_one(tmp_path):
+    row = soak.soak("mnist_mlp", kills=1, overrides=[*TINY, "train.epochs=8",
+                                                     "train.steps_per_epoch=40"],
+                    runs_dir=tmp_path)
+    assert row["kills"] == 1 and row["run finished"]
+    assert row["losses equal the uninterrupted run's"]
+
+
+def test_the_soak_finds_losses_that_differ_by_more_than_its_tolerance(tmp_path):
+    def history(name, losses):
+        path = tmp_path / name
+        path.write_text("epoch,loss,val_loss\n" + "".join(
+            f"{epoch},{loss},2.0\n" for epoch, loss in enumerate(losses)))
+        return path
+
+    reference = history("reference.csv", [1.0, 0.5])
+    assert soak._loss_difference(history("close.csv", [1.0, 0.50000001]), reference) is None
+    assert soak._loss_difference(history("far.csv", [1.0, 0.5001]), reference) == (
+        "epoch 1: loss 0.5001 against 0.5")
+    assert "1 epochs" in soak._loss_difference(history("short.csv", [1.0]), reference)
