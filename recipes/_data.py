@@ -156,7 +156,7 @@ def _tf_batches(data_config, batch_size, num_classes, one_hot, seed, host_augmen
     training, from the run's training step `start` on.
 
     A resumed run starts its pipeline from the beginning and skips the
-    batches before `start`: the seeded shuffle's passes, and host
+    batches before `start`: the seeded shuffle's order, and host
     augmentation's draws, are then the uninterrupted run's. Skipping reads
     the images again (about 2 microseconds each from memory) and augments
     those batches again when augmentation runs on the host.
@@ -177,7 +177,10 @@ def _tf_batches(data_config, batch_size, num_classes, one_hot, seed, host_augmen
         if cache:
             dataset = dataset.cache()
         if training:
-            dataset = dataset.shuffle(data_config["shuffle_buffer"], seed=seed).repeat()
+            # Shuffled after repeating, in one fixed order: every new
+            # iterator gives the same stream (Keras' JAX fit opens two).
+            dataset = dataset.repeat().shuffle(data_config["shuffle_buffer"], seed=seed,
+                                               reshuffle_each_iteration=False)
         if training and not host_augment:
             dataset = dataset.skip(start * batch_size)
         dataset = dataset.batch(batch_size, drop_remainder=training,
