@@ -12,9 +12,11 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import ROOT, TINY
+from recipes import _data
 from recipes.tools import soak
 
 # Trains a recipe as `python -m recipes run` does, on one CPU thread (where
@@ -106,3 +108,12 @@ def test_the_soak_finds_losses_that_differ_by_more_than_its_tolerance(tmp_path):
     assert soak._loss_difference(history("far.csv", [1.0, 0.5001]), reference) == (
         "epoch 1: loss 0.5001 against 0.5")
     assert "1 epochs" in soak._loss_difference(history("short.csv", [1.0]), reference)
+
+
+def test_array_batches_from_a_step_are_the_uninterrupted_batches_of_that_step():
+    """Without TensorFlow: a resumed run's ArrayBatches start at its step."""
+    images, labels = np.zeros((10, 2, 2, 1), np.uint8), np.arange(10)
+    whole = _data.ArrayBatches(images, labels, 4, shuffle_seed=0)
+    resumed = _data.ArrayBatches(images, labels, 4, shuffle_seed=0, start=3)
+    for index in range(4):  # across passes of 2 batches
+        np.testing.assert_array_equal(resumed[index][1], whole[3 + index][1])
