@@ -157,6 +157,7 @@ class PredictClassZero(keras.callbacks.Callback):
         last.set_weights([np.zeros_like(kernel), np.eye(len(bias))[0] * 100])
 
 
+@pytest.mark.slow
 def test_a_worse_epoch_after_a_resume_keeps_best_keras(tiny_config, tmp_path):
     recipe = recipes.load("mnist_mlp")
     recorded = RecordEpochWeights()
