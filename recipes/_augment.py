@@ -72,9 +72,9 @@ def pad_crop(engine, seed, padding=4, fill="black"):
     Our own, the same for both engines: Keras' RandomCrop shifts a whole batch
     by one offset, and keras-cv's resamples the window (some crops come out
     stretched by a pixel); the DenseNet paper shifts each image by whole pixels.
-    TensorFlow tensors (tf.data, whichever the backend, or a TensorFlow
-    training step) take TensorFlow's ops; a JAX training step takes
-    `PadCrop`, the same in `keras.ops`.
+    `PadCrop` does it in `keras.ops`, drawing from its `SeedGenerator` (whose
+    state `callbacks.EpochSeeds` sets each epoch); TensorFlow tensors under
+    the JAX backend (tf.data) take TensorFlow's ops instead.
     """
     del engine  # the same code for both
     if fill not in FILLS:
@@ -83,7 +83,8 @@ def pad_crop(engine, seed, padding=4, fill="black"):
 
     def apply(images, labels):
         tf = sys.modules.get("tensorflow")  # not imported: `images` is not its tensor
-        if tf is None or not isinstance(images, tf.Tensor):
+        if (tf is None or not isinstance(images, tf.Tensor)
+                or keras.backend.backend() == "tensorflow"):
             return layer(images, training=True), labels
         batch, height, width = tf.unstack(tf.shape(images)[:3])
         sides = [[0, 0], [padding, padding], [padding, padding], [0, 0]]

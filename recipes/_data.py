@@ -14,9 +14,11 @@ the remainder, so every step has one shape and XLA compiles once.
 """
 
 import dataclasses
-import math
 import hashlib
+import math
+import os
 import socket
+import tempfile
 import time
 import zipfile
 import zlib
@@ -47,6 +49,7 @@ class Data:
     `ArrayBatches`."""
 
     train: object  # shuffled, augmented, repeats forever; use steps_per_epoch
+    train_from: object  # step -> `train` from that training step of the run on (a resume)
     train_plain: object  # one ordered pass, not augmented: to adapt normalization
     validation: object
     test: object
@@ -125,12 +128,13 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False, replicas=1):
         batches = _tf_batches(data_config, batch_size, num_classes, one_hot, seed,
                               augment if augment_on == "host" else None)
     else:
-        def batches(split, training, cache=False):  # arrays in memory: nothing to cache
+        def batches(split, training, cache=False, start=0):  # arrays: nothing to cache
             return ArrayBatches(*split, batch_size, num_classes if one_hot else None,
-                                shuffle_seed=seed if training else None)
+                                shuffle_seed=seed if training else None, start=start)
 
     return Data(
         train=batches(train, training=True),
+        train_from=lambda step: batches(train, training=True, start=step),
         train_plain=batches(train, training=False, cache=False),
         validation=batches(validation, training=False),
         test=batches(test, training=False),
@@ -148,8 +152,16 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False, replicas=1):
 
 
 def _tf_batches(data_config, batch_size, num_classes, one_hot, seed, host_augment):
-    """`batches(split, training, cache)`: the tf.data pipeline of a split, a
-    tf.data.Dataset or an (images, labels) pair of arrays."""
+    """`batches(split, training, cache, start)`: the tf.data pipeline of a
+    split, a tf.data.Dataset or an (images, labels) pair of arrays; for
+    training, from the run's training step `start` on.
+
+    A resumed run starts its pipeline from the beginning and skips the
+    batches before `start`: the seeded shuffle's order, and host
+    augmentation's draws, are then the uninterrupted run's. Skipping reads
+    the images again (about 2 microseconds each from memory) and augments
+    those batches again when augmentation runs on the host.
+    """
     import tensorflow as tf
 
     autotune = tf.data.AUTOTUNE
@@ -159,14 +171,19 @@ def _tf_batches(data_config, batch_size, num_classes, one_hot, seed, host_augmen
         images = tf.cast(images, tf.float32) / 255.0
         return images, tf.one_hot(labels, num_classes) if one_hot else labels
 
-    def batches(split, training, cache=data_config["cache"]):
+    def batches(split, training, cache=data_config["cache"], start=0):
         dataset = split
         if isinstance(split, tuple):  # arrays in memory already: nothing to cache
             dataset, cache = tf.data.Dataset.from_tensor_slices(split), False
         if cache:
             dataset = dataset.cache()
         if training:
-            dataset = dataset.shuffle(data_config["shuffle_buffer"], seed=seed).repeat()
+            # Shuffled after repeating, in one fixed order: every new
+            # iterator gives the same stream (Keras' JAX fit opens two).
+            dataset = dataset.repeat().shuffle(data_config["shuffle_buffer"], seed=seed,
+                                               reshuffle_each_iteration=False)
+        if training and not host_augment:
+            dataset = dataset.skip(start * batch_size)
         dataset = dataset.batch(batch_size, drop_remainder=training,
                                 num_parallel_calls=autotune)
         dataset = dataset.map(to_model_input, num_parallel_calls=autotune)
@@ -174,7 +191,7 @@ def _tf_batches(data_config, batch_size, num_classes, one_hot, seed, host_augmen
             # One batch at a time: the layers' random state then advances in
             # the same order every run, so a seeded run repeats exactly.
             # Each call is vectorized, and prefetch overlaps it with training.
-            dataset = dataset.map(host_augment)
+            dataset = dataset.map(host_augment).skip(start)
         return dataset.prefetch(autotune)
 
     return batches
@@ -185,9 +202,10 @@ class ArrayBatches(keras.utils.PyDataset):
     tf.data pipeline's batches, for Keras without TensorFlow.
 
     With `shuffle_seed`, the training split: endless, each pass over the
-    images in its own seeded order (a full shuffle, whatever
-    `data.shuffle_buffer`), without the last partial batch. Without, one
-    ordered pass with every image.
+    images in its own order, seeded by (shuffle_seed, pass) (a full shuffle,
+    whatever `data.shuffle_buffer`), without the last partial batch, and
+    starting at the run's training step `start`. Without, one ordered pass
+    with every image.
 
     Args:
         images: uint8 array, (examples, height, width, channels).
@@ -195,12 +213,15 @@ class ArrayBatches(keras.utils.PyDataset):
         batch_size: images per batch.
         num_classes: one-hot labels of this many classes; None keeps indices.
         shuffle_seed: seeds the training split's order; None for another split.
+        start: the run's training step that batch 0 is: a resumed run's
+            first step, so that it sees what an uninterrupted run would.
     """
 
-    def __init__(self, images, labels, batch_size, num_classes=None, shuffle_seed=None):
+    def __init__(self, images, labels, batch_size, num_classes=None, shuffle_seed=None,
+                 start=0):
         super().__init__()
         self.images, self.labels, self.batch_size = images, labels, batch_size
-        self.num_classes, self.shuffle_seed = num_classes, shuffle_seed
+        self.num_classes, self.shuffle_seed, self.start = num_classes, shuffle_seed, start
         self._order = None, None  # (pass, its permutation)
 
     @property
@@ -214,7 +235,7 @@ class ArrayBatches(keras.utils.PyDataset):
             rows = slice(index * self.batch_size, (index + 1) * self.batch_size)
         else:
             per_pass = len(self.labels) // self.batch_size
-            number, position = divmod(index, per_pass)
+            number, position = divmod(self.start + index, per_pass)
             if self._order[0] != number:
                 rng = np.random.default_rng([self.shuffle_seed, number])
                 self._order = number, rng.permutation(len(self.labels))
@@ -434,14 +455,29 @@ def _folder_arrays(folder, input_shape):
         raise
     seconds = time.perf_counter() - started
     try:
-        cache.parent.mkdir(exist_ok=True)
-        partial = cache.with_suffix(".partial.npz")  # renamed when complete
-        np.savez(partial, images=images, labels=labels, classes=np.array(classes),
-                 fingerprint=fingerprint)
-        partial.replace(cache)
+        _write_atomically(cache, images=images, labels=labels, classes=np.array(classes),
+                          fingerprint=fingerprint)
         where = f"cached in {cache}"
     except OSError as error:
         where = f"not cached ({error}): they will be decoded again next time"
     print(f"decoded {len(files):,} images in {seconds:.1f} s "
           f"({len(files) / seconds:,.0f} images/s); {where}", flush=True)
     return images, labels, classes
+
+
+def _write_atomically(cache, **arrays):
+    """Saves `arrays` as the .npz file `cache`, through a temporary file of
+    this process's own in the same folder, renamed when complete: a reader
+    never sees a partial cache, and two processes decoding one folder at
+    once never write into the same file."""
+    cache.parent.mkdir(exist_ok=True)
+    handle, partial = tempfile.mkstemp(dir=cache.parent, prefix=f"{cache.stem}.",
+                                       suffix=".partial.npz")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            np.savez(file, **arrays)
+        os.chmod(partial, 0o644)  # mkstemp's file is private; a cache is not
+        os.replace(partial, cache)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise

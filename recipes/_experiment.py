@@ -13,8 +13,8 @@ import warnings
 import keras
 import numpy as np
 
-from callbacks import Diagnostics, DivergenceStop, ExecutionModeCheck, GraphWriter, execution_mode
-from callbacks import RunEstimate
+from callbacks import (Diagnostics, DivergenceStop, EpochSeeds, ExecutionModeCheck, GraphWriter,
+                       RunEstimate, execution_mode)
 from models import AugmentedModel, network_of
 from recipes import UserError, _environment, _rundir
 
@@ -166,7 +166,8 @@ class Experiment:
         """Creates the run directory, or reopens `run.dir`'s to resume it, and
         writes the resolved `config.yaml` there; returns its path.
 
-        A damaged or partial backup in it is repaired or refused first. Under
+        A damaged or partial backup in it is repaired or refused first, and
+        `data.train` then starts at the step the run resumes at. Under
         `multi_worker`, only the chief writes the run's files; each other
         worker keeps its own training state in `workers/worker-I/` beside them.
         """
@@ -180,7 +181,10 @@ class Experiment:
             _rundir.check_backup_fits(run_dir, self.model)
         if not self.chief:
             run_dir = run_dir / "workers" / f"worker-{_rundir.worker_task()[0]}"
-        _rundir.check_backup(run_dir)
+        # BackupAndRestore resumes after the epochs its backup holds: the data
+        # goes on from there too, with the batches an uninterrupted run sees.
+        finished_epochs = _rundir.check_backup(run_dir)
+        self.data.train = self.data.train_from(finished_epochs * self.data.steps_per_epoch)
         self.run_dir = _rundir.create(run_dir, self.config)
         return self.run_dir
 
@@ -295,7 +299,7 @@ def fit_verbose(config):
 
 def standard_callbacks(config, run_dir, data):
     """Returns the callbacks every recipe trains with, as `config` asks:
-    ExecutionModeCheck, DivergenceStop, CSVLogger, GraphWriter, TensorBoard,
+    ExecutionModeCheck, EpochSeeds, DivergenceStop, CSVLogger, GraphWriter, TensorBoard,
     Diagnostics, ModelCheckpoint, and BackupAndRestore last. A worker that is
     not the chief gets only those that write nothing shared.
 
@@ -303,8 +307,12 @@ def standard_callbacks(config, run_dir, data):
     record its numbers. `data` gives Diagnostics its first training batch.
     """
     chosen = config["callbacks"]
+    device_augmentation = data.augment.layers if data.augment_on == "device" else []
     callbacks = [
         ExecutionModeCheck(config["execution"]["mode"]),
+        # Dropout masks and device augmentation from (seed, epoch): a resumed
+        # epoch draws what it would have drawn without the interruption.
+        EpochSeeds(config["execution"]["seed"], device_augmentation),
         # Not TerminateOnNaN, after which fit returns as if it had finished.
         DivergenceStop(run_dir),
         RunEstimate(config["train"]["epochs"], None if _environment.gpus() else CPU_HINT),
@@ -348,12 +356,21 @@ def standard_callbacks(config, run_dir, data):
     if chosen["checkpoint"]:
         checkpoints = run_dir / "checkpoints"
         callbacks += [
+            # Keras starts each process with no best value, which any epoch
+            # beats: a resumed run starts from the best its history holds.
             keras.callbacks.ModelCheckpoint(
                 checkpoints / "best.keras", monitor=chosen["monitor"],
-                save_best_only=True),
+                save_best_only=True,
+                initial_value_threshold=_best_so_far(run_dir, chosen["monitor"])),
             keras.callbacks.ModelCheckpoint(checkpoints / "last.keras"),
         ]
     return [*callbacks, backup]
+
+
+def _best_so_far(run_dir, monitor):
+    """The best `monitor` value in the run's history.csv (the epochs earlier
+    processes of this run trained, which best.keras holds), or None."""
+    return _best_epoch(_rundir.read_history(run_dir / "history.csv"), monitor).get(monitor)
 
 
 def _best_epoch(epochs, monitor):

@@ -31,6 +31,25 @@ def timestamped(parent):
     return Path(parent) / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
+def new_directory(parent):
+    """Creates and returns a new directory `parent/<date>-<time>`, or
+    `<date>-<time>-2`, `-3`... when another run took that name in the same
+    second: created exclusively, so that two runs never share one."""
+    path = timestamped(parent)
+    for number in range(1, 1000):
+        candidate = path if number == 1 else path.with_name(f"{path.name}-{number}")
+        try:
+            candidate.mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise UserError(f"Cannot create the run directory {candidate}: {error.strerror}. "
+                            "Give a folder you can write to with run.dir=PATH.") from None
+    raise UserError(f"{parent} has no free name for a new run directory at {path.name}; "
+                    "give one with run.dir=PATH.")
+
+
 def create(run_dir, config):
     """Creates `run_dir` (or reuses it, to resume), writes the resolved
     `config.yaml` into it and returns it."""
@@ -46,7 +65,8 @@ def create(run_dir, config):
 
 def choose(config):
     """Returns the directory a run of `config["recipe"]` writes to: `run.dir`,
-    the latest unfinished run with `run.resume`, or a new timestamped one.
+    the latest unfinished run with `run.resume`, or a new timestamped one,
+    created here (`new_directory`).
 
     Raises:
         UserError: the directory holds a finished run, or one whose config
@@ -63,7 +83,7 @@ def choose(config):
                             "unfinished run to resume. Drop run.resume to start one.")
         run_dir = unfinished[-1]
     else:
-        return timestamped(RUNS_DIR / name)
+        return new_directory(RUNS_DIR / name)
 
     if (run_dir / "config.yaml").exists():
         saved = yaml.safe_load((run_dir / "config.yaml").read_text())

@@ -131,3 +131,59 @@ def test_an_exported_model_serves_without_this_code(tiny_config, tmp_path):
     assert served["ours"] == []
     np.testing.assert_allclose(served["out"], model.predict(images, verbose=0), rtol=1e-5)
     assert metrics["epochs_completed"] == 1
+
+
+class RecordEpochWeights(keras.callbacks.Callback):
+    """Keeps each finished epoch's weights, by epoch number."""
+
+    def __init__(self):
+        super().__init__()
+        self.weights = {}
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.weights[epoch] = self.model.get_weights()
+
+
+class PredictClassZero(keras.callbacks.Callback):
+    """Makes every later epoch far worse: the network answers class 0 with
+    certainty, whatever the image."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        last = self.model.layers[-1]
+        kernel, bias = last.get_weights()
+        last.set_weights([np.zeros_like(kernel), np.eye(len(bias))[0] * 100])
+
+
+@pytest.mark.slow
+def test_a_worse_epoch_after_a_resume_keeps_best_keras(tiny_config, tmp_path):
+    recipe = recipes.load("mnist_mlp")
+    recorded = RecordEpochWeights()
+    fit_with(recipe, tiny_config("mnist_mlp", "train.epochs=2"), recorded)
+    best = tmp_path / "run" / "checkpoints" / "best.keras"
+    before = best.read_bytes()
+
+    metrics = fit_with(recipe, tiny_config("mnist_mlp", "train.epochs=4"), PredictClassZero())
+
+    assert best.read_bytes() == before
+    assert metrics["best"]["epoch"] in (0, 1)
+    for kept, trained in zip(keras.saving.load_model(best).get_weights(),
+                             recorded.weights[metrics["best"]["epoch"]]):
+        np.testing.assert_array_equal(kept, trained)
+
+
+def test_two_runs_started_in_the_same_second_get_two_directories(tiny_config, tmp_path,
+                                                                 monkeypatch):
+    import datetime
+
+    class Frozen(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2026, 1, 1, 12, 0, 0)
+
+    monkeypatch.chdir(tmp_path)  # runs/ is relative to where the command runs
+    monkeypatch.setattr(datetime, "datetime", Frozen)
+    config = tiny_config("mnist_mlp", "run.dir=null")
+    first, second, third = (_rundir.choose(config) for _ in range(3))
+    assert [first.name, second.name, third.name] == [
+        "20260101-120000", "20260101-120000-2", "20260101-120000-3"]
+    assert all(d.is_dir() and not any(d.iterdir()) for d in (first, second, third))

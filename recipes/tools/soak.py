@@ -8,9 +8,12 @@ resume from (`_rundir.check_backup`, which the run itself calls first) and
 starts the same command again. At the end the run goes on to finish, and a
 table says whether it survived: kills, successful resumes, finished epochs
 lost per kill, whether every epoch appears once in history.csv, whether the
-run finished.
+run finished, and whether its losses equal, within 1e-4 relative, those of
+the same run trained without a kill (in a directory beside it); the command
+fails if they do not.
 """
 
+import math
 import random
 import subprocess
 import sys
@@ -21,22 +24,31 @@ from recipes.tools import Command, count, tables
 
 POLL_S = 0.001
 DEFAULT_KILLS = 20
+# A resumed run's losses against the uninterrupted run's: what the docs promise.
+RELATIVE_TOLERANCE = 1e-4
 
 
 def soak(name, kills=DEFAULT_KILLS, config_files=(), overrides=(), seed=0, runs_dir=RUNS_DIR):
     """Kills and resumes recipe `name` `kills` times; prints and returns the results."""
-    run_dir = _rundir.timestamped(runs_dir / "soak" / name).resolve()
-    overrides = [*overrides, f"run.dir={run_dir}", "run.verbose=0"]
-    config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
+    run_dir = _rundir.new_directory(runs_dir / "soak" / name).resolve()
+    reference = run_dir.with_name(f"{run_dir.name}-uninterrupted")
+    config = _config.resolve(name, config_files, [*overrides, f"run.dir={run_dir}"],
+                             announce=lambda line: None)
     epochs = config["train"]["epochs"]
-    command = [sys.executable, "-m", "recipes", "run", name,
-               *[f"--config={path}" for path in config_files], *overrides]
+
+    def command(directory):
+        return [sys.executable, "-m", "recipes", "run", name,
+                *[f"--config={path}" for path in config_files], *overrides,
+                f"run.dir={directory}", "run.verbose=0"]
+
     rng = random.Random(seed)
     lost, log = [], run_dir.parent / f"{run_dir.name}.log"
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as output:
+        print("training the uninterrupted run to compare with...", flush=True)
+        subprocess.run(command(reference), stdout=output, stderr=subprocess.STDOUT)
         for kill in range(1, kills + 1):
-            process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(command(run_dir), stdout=output,
+                                       stderr=subprocess.STDOUT)
             during_write = kill % 2 == 0
             recorded = _wait_and_kill(process, run_dir, during_write, rng)
             if recorded is None:  # it exited before this kill
@@ -50,10 +62,12 @@ def soak(name, kills=DEFAULT_KILLS, config_files=(), overrides=(), seed=0, runs_
             print(f"kill {kill}: {'during a checkpoint write' if during_write else 'at random'} "
                   f"after {recorded} finished epochs; resumes from {restored}", flush=True)
         else:
-            returncode = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT).returncode
+            returncode = subprocess.run(command(run_dir), stdout=output,
+                                        stderr=subprocess.STDOUT).returncode
     # Every kill was followed by a start; the last one ran to its end.
     resumed = len(lost) - (returncode != 0)
     history = [int(row["epoch"]) for row in _rundir.read_rows(run_dir / "history.csv")]
+    difference = _loss_difference(run_dir / "history.csv", reference / "history.csv")
     row = {
         "kills": len(lost),
         "resumes that succeeded": resumed,
@@ -61,13 +75,31 @@ def soak(name, kills=DEFAULT_KILLS, config_files=(), overrides=(), seed=0, runs_
         "epochs lost in all": sum(lost),
         "every epoch once in history.csv": history == list(range(epochs)),
         "run finished": (run_dir / "metrics.json").exists(),
+        "losses equal the uninterrupted run's": not difference,
     }
     table = tables.markdown_table(list(row), [row])
     (run_dir / "soak.md").write_text(table + "\n")
     print(f"\n{table}\n\nrun: {run_dir}; the processes' output: {log}")
     if returncode != 0:
         raise UserError(f"The final run did not finish (exit {returncode}); see {log}.")
+    if difference:
+        raise UserError(f"The killed and resumed run did not train as the uninterrupted one "
+                        f"({reference}): {difference}.")
     return row
+
+
+def _loss_difference(history, reference):
+    """What differs between the loss columns of two history.csv files, beyond
+    `RELATIVE_TOLERANCE`; None when nothing does."""
+    rows, expected = _rundir.read_rows(history), _rundir.read_rows(reference)
+    if len(rows) != len(expected) or not expected:
+        return f"{len(rows)} epochs in history.csv, {len(expected)} uninterrupted"
+    for row, want in zip(rows, expected):
+        for column in (key for key in want if "loss" in key):
+            got, wanted = float(row.get(column) or "nan"), float(want[column])
+            if not math.isclose(got, wanted, rel_tol=RELATIVE_TOLERANCE):
+                return f"epoch {row['epoch']}: {column} {got} against {wanted}"
+    return None
 
 
 def _wait_and_kill(process, run_dir, during_write, rng):
