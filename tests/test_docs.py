@@ -258,7 +258,7 @@ TINY_OPTIONS = {
 }
 # A command's own train.epochs stays, up to this: a command that raises them
 # to train a finished run further still raises them.
-KEEP_EPOCHS_UP_TO = 2
+KEEP_EPOCHS_UP_TO = 4
 
 
 def tiny(argv):
