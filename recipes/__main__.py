@@ -79,7 +79,7 @@ def main(argv=None):
     if not (command.without_tensorflow or _environment.has_tensorflow()):
         raise UserError(f"{command.name} needs TensorFlow, which is not installed here; "
                         "without it, `run NAME execution.backend=jax` trains the recipes "
-                        "that run on JAX (README, \"Two backends\").")
+                        "that run on JAX (docs/backends.md).")
     if extra and (not command.on_recipe or any(item.startswith("-") for item in extra)):
         cli.error(f"unrecognized arguments: {' '.join(extra)}")
     if not command.on_recipe:

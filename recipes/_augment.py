@@ -17,14 +17,14 @@ labels into soft labels: with them, the pipeline gives one-hot labels
 - `device`: inside `fit`'s training step, on the accelerator: the recipe
   wraps its model in `models.AugmentedModel`;
 - `auto`: `device` when the backend sees a GPU, else `host` (the faster one on
-  this repository's CPU machine; README, "Augmentation"); `device` without
+  this repository's CPU machine; docs/augmentation.md); `device` without
   TensorFlow installed, where tf.data is not.
 
 `data.augment_engine` picks the layers: `keras_cv`, or `keras`, Keras core's
 equivalents under the same names and parameters; `auto` (the default) is
 keras-cv on TensorFlow and Keras core on JAX, where keras-cv's TensorFlow
 layers cannot run in the step. keras-cv's last release was in April 2024; the
-README lists what differs between the two. It is imported only when one of
+docs/augmentation.md lists what differs between the two. It is imported only when one of
 its operations is built.
 """
 
@@ -180,7 +180,7 @@ def randaugment(engine, seed, magnitude=0.5, augmentations_per_image=2):
         # One image at a time, in order: every image draws from the layer's one
         # seed state, and the parallel iterations of its own batch loop would
         # draw in a different order each run, so a seeded run would not
-        # repeat. Slower; README, "Augmentation", has its speed.
+        # repeat. Slower; docs/augmentation.md has its speed.
         one_by_one = tf.map_fn(lambda image: layer(image, training=True), images,
                                parallel_iterations=1)
         return one_by_one, labels

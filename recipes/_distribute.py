@@ -6,7 +6,7 @@
   `execution.devices=cpu:N` (a laptop can then train data-parallel).
 - `multi_worker`: `tf.distribute.MultiWorkerMirroredStrategy` across the
   processes that `TF_CONFIG` describes (`python -m recipes multiworker`
-  starts them on this machine; README, "Distributed training", on hosts).
+  starts them on this machine; docs/distributed.md, on hosts).
 
 `data.batch_size` is the batch of one replica; each step takes
 `data.batch_size * num_replicas_in_sync` images. Keras' own
@@ -101,7 +101,7 @@ def strategy(config):
             "execution.strategy=multi_worker needs TF_CONFIG, the cluster and this "
             "worker's place in it: start the workers with `python -m recipes multiworker "
             "NAME workers=N` (make recipe-multiworker), or set TF_CONFIG on each host "
-            "(README, \"Distributed training\").")
+            "(docs/distributed.md).")
     options = tf.distribute.experimental.CommunicationOptions(
         # RING: collectives over gRPC, which the CPU supports (NCCL is GPUs only).
         implementation=tf.distribute.experimental.CommunicationImplementation.RING)

@@ -135,7 +135,7 @@ def warn_if_bfloat16_is_emulated():
     if not {"avx512_bf16", "amx_bf16"} & _cpu()[1]:
         print("warning: execution.precision=mixed_bfloat16 on a CPU without AVX512_BF16 or "
               "AMX: TensorFlow emulates bfloat16 there, many times slower than float32 "
-              "(README, \"Real images on a CPU\"); set execution.precision=float32 for speed.",
+              "(docs/cpu-hour.md); set execution.precision=float32 for speed.",
               flush=True)
 
 
