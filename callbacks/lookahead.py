@@ -63,6 +63,12 @@ class Lookahead(keras.callbacks.Callback):
         if batch + 1 == steps:
             self._update(1.0)  # the weights become the average
 
+    @property
+    def average(self):
+        """The moving average of the float weights (a list of arrays), or
+        None before `start_epoch`."""
+        return self._average
+
     def rate(self, step):
         """The average's decay at `step`: how much of the old average it keeps."""
         return self.decay ** self.every * (step / self.total_steps) ** self.power

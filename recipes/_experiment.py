@@ -304,10 +304,13 @@ def standard_callbacks(config, run_dir, data):
     not the chief gets only those that write nothing shared.
 
     Put a `Timing` callback before these, so the TensorBoard and CSV logs
-    record its numbers. `data` gives Diagnostics its first training batch.
+    record its numbers. `data` gives Diagnostics its first training batch
+    and EpochSeeds the augmentation layers on the device; None when neither
+    is used.
     """
     chosen = config["callbacks"]
-    device_augmentation = data.augment.layers if data.augment_on == "device" else []
+    on_device = data is not None and data.augment_on == "device"
+    device_augmentation = data.augment.layers if on_device else []
     callbacks = [
         ExecutionModeCheck(config["execution"]["mode"]),
         # Dropout masks and device augmentation from (seed, epoch): a resumed

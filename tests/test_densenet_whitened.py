@@ -86,7 +86,7 @@ def test_lookahead_moves_the_weights_to_their_average():
     lookahead = Lookahead(total_steps=8, start_epoch=0, every=2, decay=0.9)
     averaged.fit(x, y, batch_size=10, epochs=2, verbose=0, shuffle=False, callbacks=[lookahead])
     # The weights end as the average (BN's moving statistics included), and differ from plain SGD's.
-    for average, weight in zip(lookahead._average, averaged.weights):
+    for average, weight in zip(lookahead.average, averaged.weights):
         np.testing.assert_array_equal(average, weight.numpy())
     assert not np.allclose(plain.get_weights()[0], averaged.get_weights()[0])
     assert lookahead.rate(8) == pytest.approx(0.9 ** 2)
