@@ -9,7 +9,7 @@ import pytest
 
 import recipes
 from conftest import run_with
-from recipes import UserError, _data, _rundir
+from recipes import UserError, _folder, _rundir
 from recipes.tools import curves
 
 from test_data import write_folder
@@ -19,13 +19,13 @@ from test_faults import StopAfterEpoch, interrupted_run
 @pytest.mark.parametrize("damage", ["truncate", "garble"])
 def test_a_damaged_folder_cache_is_decoded_again_and_said_so(damage, tmp_path, capsys):
     write_folder(tmp_path, splits=("train",))
-    images, labels, classes = _data._folder_arrays(tmp_path / "train", (32, 32, 3))
+    images, labels, classes = _folder.arrays(tmp_path / "train", (32, 32, 3))
     cache = tmp_path / ".cache" / "train-32x32x3.npz"
     whole = cache.read_bytes()
     cache.write_bytes(whole[:len(whole) // 2] if damage == "truncate" else b"\0" * len(whole))
     capsys.readouterr()
 
-    again = _data._folder_arrays(tmp_path / "train", (32, 32, 3))
+    again = _folder.arrays(tmp_path / "train", (32, 32, 3))
 
     out = capsys.readouterr().out
     assert f"{cache} is damaged" in out and "decoding the 12 images" in out

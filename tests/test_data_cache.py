@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from recipes import _data
+from recipes import _folder
 from test_data import write_folder
 
 
@@ -18,10 +18,10 @@ def test_two_decoders_of_one_folder_each_write_their_own_temporary_file(
         save(file, **arrays)
         if not interleaved:
             interleaved.append(True)
-            _data._folder_arrays(tmp_path / "train", (32, 32, 3))
+            _folder.arrays(tmp_path / "train", (32, 32, 3))
 
     monkeypatch.setattr(np, "savez", save_while_another_decodes)
-    images, labels, classes = _data._folder_arrays(tmp_path / "train", (32, 32, 3))
+    images, labels, classes = _folder.arrays(tmp_path / "train", (32, 32, 3))
 
     assert interleaved
     assert capsys.readouterr().out.count("; cached in") == 2

@@ -14,7 +14,7 @@ import tensorflow as tf
 import recipes
 from callbacks import DivergenceStop, TrainingDiverged
 from conftest import ROOT, TINY
-from recipes import UserError, _config, _data, _rundir
+from recipes import UserError, _config, _folder, _rundir
 from recipes.tools import soak as _soak
 
 from test_data import write_folder
@@ -134,11 +134,11 @@ def test_a_diverging_run_exits_with_one_line_and_is_not_finished(tmp_path):
 
 def test_moving_an_image_to_another_class_rebuilds_the_folder_cache(tmp_path, capsys):
     write_folder(tmp_path, splits=("train",))
-    _, labels, _ = _data._folder_arrays(tmp_path / "train", (32, 32, 3))
+    _, labels, _ = _folder.arrays(tmp_path / "train", (32, 32, 3))
     moved = tmp_path / "train" / "cat" / "0.png"
     moved.rename(tmp_path / "train" / "dog" / "moved.png")  # same size, same mtime
     capsys.readouterr()
-    _, relabelled, _ = _data._folder_arrays(tmp_path / "train", (32, 32, 3))
+    _, relabelled, _ = _folder.arrays(tmp_path / "train", (32, 32, 3))
     assert "decoding the 12 images" in capsys.readouterr().out
     assert labels.sum() + 1 == relabelled.sum()  # one more dog (label 1)
 
@@ -154,7 +154,7 @@ def test_moving_an_image_to_another_class_rebuilds_the_folder_cache(tmp_path, ca
 def test_bad_image_folders_are_user_errors(make, message, tmp_path):
     make(tmp_path)
     with pytest.raises(UserError, match=message):
-        _data._folder_arrays(tmp_path / "train", (32, 32, 3))
+        _folder.arrays(tmp_path / "train", (32, 32, 3))
 
 
 @pytest.mark.parametrize("override, message", [

@@ -26,8 +26,9 @@ from packaging.utils import canonicalize_name
 
 import recipes
 from conftest import ROOT, TINY, TINY_MODEL
-from recipes import UserError, _augment, _config, _data, _environment
+from recipes import UserError, _augment, _config, _data, _environment, _folder
 from recipes.__main__ import main
+from recipes._array_batches import ArrayBatches
 from test_data import write_folder
 
 JAX_ENV = {**os.environ, "KERAS_BACKEND": "jax"}
@@ -287,7 +288,7 @@ def python_without_tensorflow(tmp_path):
 # ArrayBatches themselves and drop `_data.images`' array.
 ADAPT_WITHOUT_TENSORFLOW = """
 import keras, numpy as np
-from recipes._data import ArrayBatches
+from recipes._array_batches import ArrayBatches
 batches = ArrayBatches(np.zeros((8, 4, 4, 3), np.uint8), np.zeros(8, np.int64), 4)
 try:
     keras.layers.Normalization().adapt(batches)
@@ -313,7 +314,7 @@ def test_without_tensorflow_a_recipe_trains_on_jax_from_the_folder_cache(tmp_pat
     undecoded = run("run", "mnist_mlp", "execution.backend=jax", *folder)
     assert undecoded.returncode == 2
     assert "decoding needs TensorFlow, not installed" in undecoded.stderr
-    _data._folder_arrays(tmp_path / "images" / "train", (32, 32, 3))  # here, with TensorFlow
+    _folder.arrays(tmp_path / "images" / "train", (32, 32, 3))  # here, with TensorFlow
 
     # The device command of docs/backends.md, in mixed_bfloat16 as the YAML says.
     densenet = run("run", "densenet_cifar10_cpu", *tiny("densenet_cifar10_cpu", tmp_path),
@@ -345,20 +346,20 @@ def test_without_tensorflow_a_recipe_trains_on_jax_from_the_folder_cache(tmp_pat
 def test_array_batches_shuffle_each_pass_and_keep_every_image_once():
     images = np.arange(10, dtype=np.uint8).reshape(10, 1, 1, 1)
     labels = np.arange(10) % 3
-    train = _data.ArrayBatches(images, labels, 4, num_classes=3, shuffle_seed=0)
+    train = ArrayBatches(images, labels, 4, num_classes=3, shuffle_seed=0)
     assert train.num_batches is None  # endless, as tf.data's repeat()
     seen = [np.round(train[index][0] * 255).astype(int).ravel() for index in range(4)]
     # Two full batches per pass, the remainder dropped; a new order each pass.
     assert all(len(batch) == 4 for batch in seen)
     assert len(set(np.concatenate(seen[:2]))) == 8
     assert not np.array_equal(np.concatenate(seen[:2]), np.concatenate(seen[2:]))
-    again = _data.ArrayBatches(images, labels, 4, num_classes=3, shuffle_seed=0)
+    again = ArrayBatches(images, labels, 4, num_classes=3, shuffle_seed=0)
     assert np.array_equal(again[3][0], train[3][0])  # seeded
     batch_images, batch_labels = train[0]
     assert batch_images.dtype == np.float32 and batch_labels.shape == (4, 3)
     assert np.array_equal(batch_labels.argmax(1), (np.round(batch_images * 255)
                                                    .astype(int).ravel()) % 3)
-    test = _data.ArrayBatches(images, labels, 4)
+    test = ArrayBatches(images, labels, 4)
     assert test.num_batches == 3
     assert np.array_equal(np.concatenate([test[i][1] for i in range(3)]), labels)
 

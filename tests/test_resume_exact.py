@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY
-from recipes import _data
+from recipes._array_batches import ArrayBatches
 from recipes.tools import soak
 
 # Trains a recipe as `python -m recipes run` does, on one CPU thread (where
@@ -117,7 +117,7 @@ def test_the_soak_finds_losses_that_differ_by_more_than_its_tolerance(tmp_path):
 def test_array_batches_from_a_step_are_the_uninterrupted_batches_of_that_step():
     """Without TensorFlow: a resumed run's ArrayBatches start at its step."""
     images, labels = np.zeros((10, 2, 2, 1), np.uint8), np.arange(10)
-    whole = _data.ArrayBatches(images, labels, 4, shuffle_seed=0)
-    resumed = _data.ArrayBatches(images, labels, 4, shuffle_seed=0, start=3)
+    whole = ArrayBatches(images, labels, 4, shuffle_seed=0)
+    resumed = ArrayBatches(images, labels, 4, shuffle_seed=0, start=3)
     for index in range(4):  # across passes of 2 batches
         np.testing.assert_array_equal(resumed[index][1], whole[3 + index][1])
