@@ -1,7 +1,15 @@
 """The image-folder source: `data.path/train/<class>/*.png|jpg` (and
 `test/<class>/*`), decoded once into uint8 arrays and cached beside the
 folder, so that each run, and each run of a sweep, does not decode every
-file again."""
+file again.
+
+TensorFlow decodes where it is installed; without it, PIL does, through
+Keras' `load_img`. The two give the same arrays (tests/test_data_cache.py
+and tests/test_jax_backend.py compare them), so a cache written by either is
+read by both; it records which wrote it. They differ only where a colour
+file is read into a one-channel recipe: each turns colour into grey its own
+way (docs/backends.md).
+"""
 
 import hashlib
 import os
@@ -17,8 +25,9 @@ from recipes import UserError, _environment
 from recipes._data import held_out_count
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg"}
-# Bump when the cached arrays' layout changes.
-CACHE_VERSION = 2
+# Bump when the cached arrays' layout or their decoding changes (3: JPEG's
+# accurate IDCT, as PIL's, and the decoder's name).
+CACHE_VERSION = 3
 
 
 def splits(data_config, input_shape):
@@ -71,25 +80,21 @@ def arrays(folder, input_shape):
     started = time.perf_counter()
     cached = _read_cache(cache, fingerprint)
     if cached is not None:
-        print(f"loaded the {len(files):,} images of {folder} from {cache} in "
-              f"{time.perf_counter() - started:.1f} s", flush=True)
-        return cached
+        images, labels, classes, decoder = cached
+        print(f"loaded the {len(files):,} images of {folder} from {cache} (decoded by "
+              f"{decoder}) in {time.perf_counter() - started:.1f} s", flush=True)
+        return images, labels, classes
 
-    if not _environment.has_tensorflow():
-        raise UserError(f"{folder} has no decoded cache that matches its images (none, "
-                        "stale or damaged), and decoding needs TensorFlow, not installed "
-                        "here. Where it is, decode them once "
-                        "(python -m recipes data-benchmark NAME data.source=folder "
-                        f"data.path=...), then copy {cache} here with the images, keeping "
-                        "their modification times (tar and rsync -a do).")
     labels = np.array([classes.index(path.parent.name) for path in files], dtype=np.int64)
-    print(f"decoding the {len(files):,} images in {folder} (once: they are cached)...",
-          flush=True)
-    images = _decode(files, input_shape)
+    decoder = "TensorFlow" if _environment.has_tensorflow() else "PIL"
+    print(f"decoding the {len(files):,} images in {folder} with {decoder} (once: they are "
+          "cached)...", flush=True)
+    decode = _decode_with_tensorflow if decoder == "TensorFlow" else _decode_with_pil
+    images = decode(files, input_shape)
     seconds = time.perf_counter() - started
     try:
         _write_atomically(cache, images=images, labels=labels, classes=np.array(classes),
-                          fingerprint=fingerprint)
+                          fingerprint=fingerprint, decoder=np.array(decoder))
         where = f"cached in {cache}"
     except OSError as error:
         where = f"not cached ({error}): they will be decoded again next time"
@@ -127,12 +132,13 @@ def _fingerprint(folder, files):
 
 
 def _read_cache(cache, fingerprint):
-    """The cached (images, labels, classes) if `cache` holds them for
-    `fingerprint`; None when it is missing, stale or damaged (said so)."""
+    """The cached (images, labels, classes, decoder) if `cache` holds them
+    for `fingerprint`; None when it is missing, stale or damaged (said so)."""
     try:
         with np.load(cache) as cached:
             if np.array_equal(cached["fingerprint"], fingerprint):
-                return cached["images"], cached["labels"], list(cached["classes"])
+                return (cached["images"], cached["labels"], list(cached["classes"]),
+                        str(cached["decoder"]))
     except FileNotFoundError:
         pass  # no cache yet: decode
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as error:
@@ -142,7 +148,7 @@ def _read_cache(cache, fingerprint):
     return None
 
 
-def _decode(files, input_shape):
+def _decode_with_tensorflow(files, input_shape):
     """The images of `files` as one uint8 array of `input_shape` each,
     decoded by TensorFlow and resized bilinearly."""
     import tensorflow as tf
@@ -150,8 +156,14 @@ def _decode(files, input_shape):
     height, width, channels = input_shape
 
     def decode(path):
-        image = tf.io.decode_image(tf.io.read_file(path), channels=channels,
-                                   expand_animations=False)
+        contents = tf.io.read_file(path)
+        # JPEG with the accurate integer IDCT, PIL's, so that both write one
+        # cache: TensorFlow's default, the fast IDCT, gives other pixels.
+        image = tf.cond(
+            tf.io.is_jpeg(contents),
+            lambda: tf.io.decode_jpeg(contents, channels=channels,
+                                      dct_method="INTEGER_ACCURATE"),
+            lambda: tf.io.decode_image(contents, channels=channels, expand_animations=False))
         image = tf.image.resize(image, (height, width))  # bilinear; the same size is a no-op
         return tf.cast(tf.round(image), tf.uint8)
 
@@ -168,6 +180,39 @@ def _decode(files, input_shape):
                 raise UserError(f"{path} is not an image TensorFlow can decode (PNG, JPEG, "
                                 "GIF or BMP): replace or remove it.") from None
         raise
+
+
+def _decode_with_pil(files, input_shape):
+    """The images of `files` as one uint8 array of `input_shape` each,
+    decoded by PIL through Keras, without TensorFlow, into the arrays that
+    `_decode_with_tensorflow` gives: resized by `keras.ops.image.resize` as
+    TensorFlow resizes (bilinear, half-pixel centres, no antialiasing;
+    `load_img`'s own resize is PIL's, which antialiases), all the images of
+    one size in one call."""
+    import keras
+
+    height, width, channels = input_shape
+    color_mode = {1: "grayscale", 3: "rgb", 4: "rgba"}[channels]
+    images = np.empty((len(files), height, width, channels), np.uint8)
+    by_size = {}  # (height, width): [(index, image)] of the images to resize
+    for index, path in enumerate(files):
+        try:
+            image = keras.utils.img_to_array(keras.utils.load_img(path, color_mode=color_mode),
+                                             dtype="uint8")
+        except OSError:  # PIL's UnidentifiedImageError, or a truncated file
+            raise UserError(f"{path} is not an image PIL can decode (PNG or JPEG): replace "
+                            "or remove it.") from None
+        if image.shape[:2] == (height, width):
+            images[index] = image
+        else:
+            by_size.setdefault(image.shape[:2], []).append((index, image))
+    for group in by_size.values():
+        indices, originals = zip(*group)
+        resized = keras.ops.image.resize(np.stack(originals).astype(np.float32),
+                                         (height, width), interpolation="bilinear",
+                                         antialias=False)
+        images[list(indices)] = np.round(keras.ops.convert_to_numpy(resized))
+    return images
 
 
 def _write_atomically(cache, **named_arrays):

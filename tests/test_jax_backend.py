@@ -19,6 +19,7 @@ import subprocess
 import sys
 import venv
 
+import keras
 import numpy as np
 import pytest
 from packaging.requirements import Requirement
@@ -298,29 +299,40 @@ except ImportError as error:
 
 
 @pytest.mark.slow
-def test_without_tensorflow_a_recipe_trains_on_jax_from_the_folder_cache(tmp_path):
-    """Where TensorFlow is not installed: a DenseNet trains from a folder's
-    decoded arrays through ArrayBatches, augmented in JAX's step, and adapts
-    its normalization; a run resumes; what needs TensorFlow says so in one line."""
+def test_without_tensorflow_a_recipe_decodes_a_folder_and_trains_on_jax(tmp_path, capsys):
+    """Where TensorFlow is not installed: a folder of PNGs and JPEGs is decoded
+    by PIL into the cache that TensorFlow reads, holding what TensorFlow
+    decodes; a DenseNet trains from it through ArrayBatches, augmented in
+    JAX's step, and adapts its normalization; a run resumes; what needs
+    TensorFlow says so in one line."""
     python = python_without_tensorflow(tmp_path)
     write_folder(tmp_path / "images", classes=("a", "b", "c"), per_class=12,
                  splits=("train",), size=(32, 32))
+    rng = np.random.default_rng(1)
+    for name in ("a", "b", "c"):  # a JPEG to resize down and one at size in each class
+        for index, size in ((0, (40, 50)), (1, (32, 32))):
+            (tmp_path / "images" / "train" / name / f"{index}.png").unlink()
+            keras.utils.save_img(tmp_path / "images" / "train" / name / f"{index}.jpg",
+                                 rng.integers(0, 256, size=(*size, 3), dtype=np.uint8))
 
     def run(*args):
         return subprocess.run([str(python), "-m", "recipes", *args], cwd=ROOT,
                               capture_output=True, text=True, timeout=300)
 
     folder = ["data.source=folder", f"data.path={tmp_path / 'images'}"]
-    undecoded = run("run", "mnist_mlp", "execution.backend=jax", *folder)
-    assert undecoded.returncode == 2
-    assert "decoding needs TensorFlow, not installed" in undecoded.stderr
-    _folder.arrays(tmp_path / "images" / "train", (32, 32, 3))  # here, with TensorFlow
-
     # The device command of docs/backends.md, in mixed_bfloat16 as the YAML says.
     densenet = run("run", "densenet_cifar10_cpu", *tiny("densenet_cifar10_cpu", tmp_path),
                    *folder, "data.augment_on=device", "data.augment_engine=keras")
     assert densenet.returncode == 0, densenet.stderr[-3000:]
+    assert "decoding the 36 images in" in densenet.stdout
+    assert "with PIL" in densenet.stdout
     assert "callbacks.tensorboard: skipped" in densenet.stdout
+    # Read here, with TensorFlow: PIL's cache holds what TensorFlow decodes.
+    train = tmp_path / "images" / "train"
+    cached, _, _ = _folder.arrays(train, (32, 32, 3))
+    assert "(decoded by PIL)" in capsys.readouterr().out
+    np.testing.assert_array_equal(
+        cached, _folder._decode_with_tensorflow(sorted(train.glob("*/*")), (32, 32, 3)))
     metrics = json.loads((tmp_path / "densenet_cifar10_cpu" / "metrics.json").read_text())
     assert (metrics["backend"], metrics["mode_used"], metrics["augment_on"]) == (
         "jax", "xla", "device")
