@@ -27,6 +27,7 @@ DATASETS = {
     "cifar100": ((32, 32, 3), 100),
 }
 
+
 @dataclasses.dataclass
 class Data:
     """Batched splits and what a model needs to know about them. Each split is
