@@ -9,6 +9,7 @@ package leaves them out.
 import importlib.util
 
 from models.augmented import AugmentedModel, network_of
+from models.batch_norm import FusedBatchNormalization
 from models.densenet import densenet, densenet_variant
 from models.densenet_whitened import densenet_whitened
 from models.initializers import PartialIdentity
@@ -23,7 +24,7 @@ from models.whitening import PatchWhitening
 if importlib.util.find_spec("tensorflow") is not None:
     from models.revnet import EntryUnit, ReversibleStage, revnet, revnet_variant
 
-__all__ = ["AugmentedModel", "EntryUnit", "PartialIdentity", "PatchWhitening", "PiecewiseLinear",
+__all__ = ["AugmentedModel", "EntryUnit", "FusedBatchNormalization", "PartialIdentity", "PatchWhitening", "PiecewiseLinear",
            "PythonLoopLSTM", "ReversibleStage", "densenet", "densenet_variant", "densenet_whitened",
            "flip_averaged", "mlp", "mnist_cnn", "network_of", "revnet", "revnet_variant", "row_lstm",
            "simple_cnn"]

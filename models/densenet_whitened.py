@@ -19,6 +19,7 @@ softmax.
 import keras
 from keras import layers
 
+from models.batch_norm import FusedBatchNormalization
 from models.initializers import PartialIdentity
 from models.whitening import PatchWhitening
 
@@ -32,9 +33,10 @@ def _conv(filters, weight_decay, identity_init, name):
                          if weight_decay else None, name=name)
 
 
-def _bn_act(x, momentum, beta_weight_decay, activation, name):
+def _bn_act(x, momentum, beta_weight_decay, activation, fused, name):
     # Without a scale (airbench's frozen weight of 1): the next convolution scales.
-    x = layers.BatchNormalization(
+    batch_norm = FusedBatchNormalization if fused else layers.BatchNormalization
+    x = batch_norm(
         momentum=momentum, epsilon=1e-5, scale=False, name=f"{name}_bn",
         beta_regularizer=keras.regularizers.L2(beta_weight_decay / 2)
         if beta_weight_decay else None)(x)
@@ -45,7 +47,7 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
                       growth_rates=(64, 192, 192), layers_per_block=1, normalization=None,
                       batch_norm_momentum=0.6, weight_decay=0.0, beta_weight_decay=0.0,
                       activation="gelu", head_scale=1 / 9, whitening=True, identity_init=True,
-                      name="densenet_whitened"):
+                      fused_batch_norm=True, name="densenet_whitened"):
     """Builds the network.
 
     Args:
@@ -70,6 +72,9 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
         whitening: False makes the first layer an ordinary trainable 2x2
             convolution of the same shape (to measure what whitening buys).
         identity_init: False draws every filter of the 3x3 convolutions.
+        fused_batch_norm: `FusedBatchNormalization` (one TensorFlow kernel
+            per batch norm in training) rather than Keras' layer; the same
+            arithmetic.
         name: the model's name.
 
     Returns:
@@ -87,7 +92,7 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
         first = layers.Conv2D(2 * 2 * 2 * input_shape[-1], 2, name="whitening")
     x = layers.Activation(activation, name=f"whitening_{activation}")(first(x))
     bn_args = dict(momentum=batch_norm_momentum, beta_weight_decay=beta_weight_decay,
-                   activation=activation)
+                   activation=activation, fused=fused_batch_norm)
     for block, (width, growth) in enumerate(zip(widths, growth_rates), start=1):
         x = _conv(width, weight_decay, identity_init, f"block{block}_conv")(x)
         x = layers.MaxPooling2D(2, name=f"block{block}_pool")(x)
