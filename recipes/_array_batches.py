@@ -6,6 +6,7 @@ import math
 import keras
 import numpy as np
 
+
 class ArrayBatches(keras.utils.PyDataset):
     """Batches of uint8 images as float32 in [0, 1], with their labels: the
     tf.data pipeline's batches, for Keras without TensorFlow.
@@ -24,13 +25,16 @@ class ArrayBatches(keras.utils.PyDataset):
         shuffle_seed: seeds the training split's order; None for another split.
         start: the run's training step that batch 0 is: a resumed run's
             first step, so that it sees what an uninterrupted run would.
+        mirrored: bool array, (examples,): the images `alternating_flip`
+            mirrors in even passes (the others in odd ones); None mirrors none.
     """
 
     def __init__(self, images, labels, batch_size, num_classes=None, shuffle_seed=None,
-                 start=0):
+                 start=0, mirrored=None):
         super().__init__()
         self.images, self.labels, self.batch_size = images, labels, batch_size
         self.num_classes, self.shuffle_seed, self.start = num_classes, shuffle_seed, start
+        self.mirrored = mirrored
         self._order = None, None  # (pass, its permutation)
 
     @property
@@ -50,6 +54,9 @@ class ArrayBatches(keras.utils.PyDataset):
                 self._order = number, rng.permutation(len(self.labels))
             rows = self._order[1][position * self.batch_size:(position + 1) * self.batch_size]
         images = self.images[rows].astype(np.float32) / 255.0
+        if self.mirrored is not None:
+            flip = self.mirrored[rows] != (number % 2 == 1)
+            images[flip] = images[flip][:, :, ::-1]
         labels = self.labels[rows]
         if self.num_classes is not None:
             labels = np.eye(self.num_classes, dtype=np.float32)[labels]

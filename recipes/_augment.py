@@ -7,6 +7,10 @@ to its parameters:
 
     data.augment=[flip,pad_crop,{randaugment: {magnitude: 0.3}},cutmix]
 
+`alternating_flip` is the exception: the input pipeline mirrors each image
+before batching, a seeded half of them in even passes over the data and the
+other half in odd ones (`alternating_flips`), wherever the other operations run.
+
 Only training batches are augmented: validation, test and prediction see the
 images as they are. `mixup` and `cutmix` blend pairs of images and their
 labels into soft labels: with them, the pipeline gives one-hot labels
@@ -33,6 +37,7 @@ import math
 import sys
 
 import keras
+import numpy as np
 from keras import ops
 
 from recipes import UserError
@@ -266,6 +271,24 @@ class Augmentation:
         return images, labels
 
 
+# Not a batch operation: the input pipeline mirrors each image itself, since
+# the choice depends on the image's index and the pass over the data.
+ALTERNATING_FLIP = "alternating_flip"
+
+
+def alternating_flips(count, seed):
+    """`alternating_flip`: which of `count` training images are mirrored in
+    even passes over the data (a seeded half); the others are mirrored in odd
+    passes. cifar10-airbench's derandomized flip: every image is seen both
+    ways in any two consecutive epochs, where random flips show a quarter of
+    them one way twice."""
+    return np.random.default_rng([seed, count]).random(count) < 0.5
+
+
+def has_alternating_flip(entries):
+    return any(_parse(entry)[0] == ALTERNATING_FLIP for entry in entries)
+
+
 OPERATIONS = {operation.__name__: operation for operation in (
     flip, pad_crop, shift, randaugment, random_erasing, color_jitter, mixup, cutmix)}
 NEEDS_ONE_HOT = {"mixup", "cutmix"}
@@ -287,9 +310,13 @@ def pipeline(entries, one_hot, seed=0, engine="auto"):
     engine, steps = resolve_engine(engine), []
     for index, entry in enumerate(entries):
         name, params = _parse(entry)
+        if name == ALTERNATING_FLIP:
+            if params:
+                raise UserError(f"data.augment: '{ALTERNATING_FLIP}' takes no parameters.")
+            continue
         if name not in OPERATIONS:
             raise UserError(f"Unknown augmentation '{name}' in data.augment; "
-                            f"known: {', '.join(OPERATIONS)}.")
+                            f"known: {', '.join([*OPERATIONS, ALTERNATING_FLIP])}.")
         if name in NEEDS_ONE_HOT and not one_hot:
             raise ValueError(f"'{name}' mixes labels: it needs one-hot labels.")
         try:

@@ -86,13 +86,16 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False, replicas=1):
 
     batch_size = data_config["batch_size"] * replicas  # the global batch
     train_examples = _train_examples(train, data_config, batch_size, replicas)
+    mirrored = (_augment.alternating_flips(train_examples, seed)
+                if _augment.has_alternating_flip(data_config["augment"]) else None)
     if with_tensorflow:
         batches = _tf_batches(data_config, batch_size, num_classes, one_hot, seed,
-                              augment if augment_on == "host" else None)
+                              augment if augment_on == "host" else None, mirrored)
     else:
         def batches(split, training, cache=False, start=0):  # arrays: nothing to cache
             return ArrayBatches(*split, batch_size, num_classes if one_hot else None,
-                                shuffle_seed=seed if training else None, start=start)
+                                shuffle_seed=seed if training else None, start=start,
+                                mirrored=mirrored if training else None)
 
     return Data(
         train=batches(train, training=True),
@@ -166,10 +169,12 @@ def _train_examples(train, data_config, batch_size, replicas):
     return count
 
 
-def _tf_batches(data_config, batch_size, num_classes, one_hot, seed, host_augment):
+def _tf_batches(data_config, batch_size, num_classes, one_hot, seed, host_augment,
+                mirrored=None):
     """`batches(split, training, cache, start)`: the tf.data pipeline of a
     split, a tf.data.Dataset or an (images, labels) pair of arrays; for
-    training, from the run's training step `start` on.
+    training, from the run's training step `start` on. `mirrored`: the
+    training images that `alternating_flip` mirrors in even passes, or None.
 
     A resumed run starts its pipeline from the beginning and skips the
     batches before `start`: the seeded shuffle's order, and host
@@ -186,6 +191,14 @@ def _tf_batches(data_config, batch_size, num_classes, one_hot, seed, host_augmen
         images = tf.cast(images, tf.float32) / 255.0
         return images, tf.one_hot(labels, num_classes) if one_hot else labels
 
+    def alternate_flip(position, example):
+        # The position in the repeated stream is (pass, image): mirrored in
+        # even passes if `mirrored` says so, otherwise in odd ones.
+        image, label = example
+        count = len(mirrored)
+        flip = tf.gather(mirrored, position % count) != (position // count % 2 == 1)
+        return tf.where(flip, tf.reverse(image, axis=[1]), image), label
+
     def batches(split, training, cache=data_config["cache"], start=0):
         dataset = split
         if isinstance(split, tuple):  # arrays in memory already: nothing to cache
@@ -193,10 +206,13 @@ def _tf_batches(data_config, batch_size, num_classes, one_hot, seed, host_augmen
         if cache:
             dataset = dataset.cache()
         if training:
+            dataset = dataset.repeat()
+            if mirrored is not None:
+                dataset = dataset.enumerate().map(alternate_flip, num_parallel_calls=autotune)
             # Shuffled after repeating, in one fixed order: every new
             # iterator gives the same stream (Keras' JAX fit opens two).
-            dataset = dataset.repeat().shuffle(data_config["shuffle_buffer"], seed=seed,
-                                               reshuffle_each_iteration=False)
+            dataset = dataset.shuffle(data_config["shuffle_buffer"], seed=seed,
+                                      reshuffle_each_iteration=False)
         if training and not host_augment:
             dataset = dataset.skip(start * batch_size)
         dataset = dataset.batch(batch_size, drop_remainder=training,

@@ -16,7 +16,8 @@ import recipes
 from callbacks import execution_mode
 from conftest import ROOT, TINY
 from models import AugmentedModel
-from recipes import UserError, _augment, _config, _data
+from recipes import UserError, _augment, _config, _data, _synthetic
+from recipes._array_batches import ArrayBatches
 from recipes.tools import augment_bench as _augment_bench
 from recipes.tools import preview as _preview
 
@@ -365,3 +366,57 @@ def test_augment_benchmark_writes_both_tables(tmp_path, monkeypatch):
         with (tmp_path / name).open() as file:
             assert len(list(csv.DictReader(file))) == len(training if "training" in name else operations)
     assert (tmp_path / "table.md").read_text().count("| pipeline |") == len(ENGINES)
+
+
+def _mirrored_in(batches, source):
+    """For each batch image, in order: whether it is its source image
+    mirrored (True) or as it is (False); `source` holds uint8 images."""
+    flat = source.reshape(len(source), -1).astype(np.float32) / 255.0
+    mirrored = source[:, :, ::-1].reshape(len(source), -1).astype(np.float32) / 255.0
+    seen = []
+    for images in batches:
+        for image in np.asarray(images).reshape(len(images), -1):
+            as_is = np.flatnonzero(np.abs(flat - image).max(axis=1) < 1e-6)
+            flipped = np.flatnonzero(np.abs(mirrored - image).max(axis=1) < 1e-6)
+            assert len(as_is) + len(flipped) == 1, "each batch image is one source image"
+            seen.append((int(np.concatenate([as_is, flipped])[0]), len(flipped) == 1))
+    return seen
+
+
+def test_alternating_flip_shows_each_image_both_ways_in_two_passes():
+    """tf.data, in order (shuffle_buffer=1): pass 0 mirrors the seeded half,
+    pass 1 the other half, pass 2 the first half again; a resumed pipeline
+    continues the same stream."""
+    config = _config.resolve("cifar10_cnn", overrides=[
+        "data.source=synthetic", "data.synthetic_examples=16", "data.batch_size=4",
+        "data.shuffle_buffer=1", "data.augment=[alternating_flip]"], announce=lambda line: None)
+    data = _data.load(config["data"], seed=3)
+    source = _synthetic.splits(config["data"], (32, 32, 3), 10, seed=3)[0][0]
+    assert data.augment is None  # no batch operation left
+    stream = [images for images, _ in data.train.take(12)]
+    seen = _mirrored_in(stream, source)
+    first = _augment.alternating_flips(16, seed=3)
+    assert 0 < first.sum() < 16
+    assert seen == [(i, bool(first[i])) for i in range(16)] + \
+        [(i, not first[i]) for i in range(16)] + [(i, bool(first[i])) for i in range(16)]
+    resumed = [images for images, _ in data.train_from(5).take(7)]
+    for images, expected in zip(resumed, stream[5:]):
+        np.testing.assert_array_equal(images, expected)
+
+
+def test_alternating_flip_without_tensorflow_batches_alternates_too():
+    """ArrayBatches, the pipeline without TensorFlow: each pass is shuffled,
+    and each image is mirrored in exactly one of two consecutive passes."""
+    rng = np.random.default_rng(0)
+    source = rng.integers(0, 256, size=(12, 8, 8, 3), dtype=np.uint8)
+    first = _augment.alternating_flips(12, seed=0)
+    batches = ArrayBatches(source, np.zeros(12, int), 4, shuffle_seed=0, mirrored=first)
+    for number in range(3):
+        seen = dict(_mirrored_in([batches[number * 3 + i][0] for i in range(3)], source))
+        assert sorted(seen) == list(range(12))
+        assert [seen[i] for i in range(12)] == [bool(f) != (number % 2 == 1) for f in first]
+
+
+def test_alternating_flip_takes_no_parameters():
+    with pytest.raises(UserError, match="'alternating_flip' takes no parameters"):
+        _augment.pipeline([{"alternating_flip": {"mode": "vertical"}}], one_hot=False)
