@@ -23,7 +23,9 @@ import pytest
 import recipes
 from conftest import ROOT, TINY, TINY_MODEL
 from recipes import __main__ as cli
-from recipes import _environment
+from recipes import _config, _environment
+from recipes.tools import compare as _compare
+from recipes.tools.sweep import parse_grid
 from recipes.tools import memory as _memory
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -245,7 +247,9 @@ def test_each_command_run_elsewhere_is_shown_and_its_test_exists():
 
 
 # Per tool: its options and overrides for a few steps on a little data, after
-# the command's own. `compare` times the first of the command's modes only.
+# the command's own. `compare` times the first of the command's modes only;
+# `compare-sizes` the first two of its default sizes (each size is the same
+# code path; test_compare.py builds every default size).
 TINY_OPTIONS = {
     "compare": ["steps=2", "repeats=1"],
     "compare-sizes": ["steps=2", "repeats=1"],
@@ -273,11 +277,23 @@ def tiny(argv):
     if command in ("compare", "compare-sizes"):
         modes = next((item for item in items if item.startswith("modes=")), "modes=graph")
         more.append(modes.split(",")[0])
+    if command == "compare-sizes" and not any(item.startswith("size=") for item in items):
+        key, values = _compare.SIZES[recipes.module_of(name)]
+        more.append(f"size={key}={json.dumps(values[:2])}")
     # The tiny values win; the command's own go, so that commands that
-    # differ only in them run once.
+    # differ only in them run once. A sweep's grid over a key they set
+    # (a model size) keeps its key at the tiny value: the combinations that
+    # then coincide run once (test_every_shown_grid_value_resolves checks
+    # the values shown).
     replaced = {item.partition("=")[0] for item in more} | {"data.path"}
-    kept = [item for before, item in zip(["", *items], items)
-            if before in ("--grid", "--config") or item.partition("=")[0] not in replaced]
+    tiny_values = {item.partition("=")[0]: item.partition("=")[2] for item in more}
+    kept = []
+    for before, item in zip(["", *items], items):
+        key = item.partition("=")[0]
+        if before == "--grid" and key in tiny_values:
+            kept.append(f"{key}=[{tiny_values[key]}]")
+        elif before in ("--grid", "--config") or key not in replaced:
+            kept.append(item)
     return [command, name, *kept, *more]
 
 
@@ -299,6 +315,23 @@ def runs():
             group = f"{page.name}: {run_dir}" if run_dir else f"{page.name}: {key}"
             cases.setdefault(group, []).append(argv)
     return sorted(cases.items())
+
+
+def test_every_shown_grid_value_resolves():
+    """Each value of a shown sweep's grid, as the sweep resolves it: `tiny`
+    runs a grid over a model size at the tiny size only."""
+    checked = 0
+    for _, words in all_commands():
+        if words[0] == "make" and words[1] in NOT_RECIPE_COMMANDS:
+            continue
+        for argv in expand(words):
+            grids = [item for before, item in zip(argv, argv[1:]) if before == "--grid"]
+            for key, values in map(parse_grid, grids if argv[0] == "sweep" else []):
+                for value in values:
+                    _config.resolve(argv[1], overrides=[f"{key}={json.dumps(value)}"],
+                                    announce=lambda line: None)
+                    checked += 1
+    assert checked >= 16, checked
 
 
 @pytest.mark.slow
