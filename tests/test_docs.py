@@ -228,13 +228,15 @@ def test_every_shown_command_resolves_as_the_command_line_would(page, monkeypatc
             assert cli.main(argv) == 0 and len(reached) == 1, argv
 
 
-# Shown commands that need what came before them (a run interrupted by hand):
-# the test that runs each.
+# Shown commands that need what came before them (a run interrupted by hand),
+# or that a test of their own runs, tiny, with more checks: the test that runs each.
 RUN_ELSEWHERE = {
     'make recipe NAME=mnist_mlp ARGS=run.resume=true':
         "tests/test_resume.py::test_resume_finds_the_latest_unfinished_run",
     "make recipe NAME=graph_lessons 'ARGS=execution.mode=xla run.resume=true'":
         "tests/test_resume.py::test_rerun_continues_at_epoch_2_with_saved_state",
+    "make recipe NAME=densenet_cifar100 'ARGS=execution.mode=xla execution.precision=mixed_bfloat16'":
+        "tests/test_recipes.py::test_the_documented_xla_bfloat16_densenet_command_trains",
 }
 
 
