@@ -299,6 +299,20 @@ def tiny(argv):
     return [command, name, *kept, *more]
 
 
+def what_runs(argv):
+    """What `argv` runs, as the command line resolves it: its command, recipe,
+    options and resolved config, as text. Commands that differ only in
+    writing a recipe's own setting again run the same."""
+    args, extra = cli.build_parser().parse_known_args(argv)
+    arguments = dict(vars(args))
+    command = cli.COMMANDS[arguments.pop("command")]
+    if not command.on_recipe:
+        return shlex.join(argv)
+    options, overrides = command.split([*arguments.pop("overrides"), *extra])
+    config = _config.resolve(args.name, args.config_files, overrides, announce=lambda line: None)
+    return json.dumps([command.name, arguments, options, config], sort_keys=True, default=str)
+
+
 def runs():
     """[(id, [tiny argv, ...])]: every distinct command, once; the commands
     of one block that share a `run.dir` run together, in order."""
@@ -309,11 +323,12 @@ def runs():
             continue
         for argv in expand(words):
             argv = tiny(argv)
-            key = shlex.join(argv)
-            if key in seen:
-                continue
-            seen.add(key)
             run_dir = next((item for item in argv if item.startswith("run.dir=")), None)
+            runs_the_same = shlex.join(argv) if run_dir else what_runs(argv)
+            if runs_the_same in seen:
+                continue
+            seen.add(runs_the_same)
+            key = shlex.join(argv)
             group = f"{page.name}: {run_dir}" if run_dir else f"{page.name}: {key}"
             cases.setdefault(group, []).append(argv)
     return sorted(cases.items())
