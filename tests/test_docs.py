@@ -237,6 +237,7 @@ RUN_ELSEWHERE = {
         "tests/test_resume.py::test_rerun_continues_at_epoch_2_with_saved_state",
     "make recipe NAME=densenet_cifar100 'ARGS=execution.mode=xla execution.precision=mixed_bfloat16'":
         "tests/test_recipes.py::test_the_documented_xla_bfloat16_densenet_command_trains",
+    "make soak": "tests/test_faults.py::test_the_soak_kills_and_resumes_a_run_to_its_end",
 }
 
 
