@@ -10,6 +10,7 @@ its variables are checked as a reader would type them.
 
 import dataclasses
 import functools
+import itertools
 import json
 import math
 import os
@@ -316,7 +317,8 @@ def what_runs(argv):
 
 def runs():
     """[(id, [tiny argv, ...])]: every distinct command, once; the commands
-    of one block that share a `run.dir` run together, in order."""
+    of one block that share a `run.dir` run together, in order, and so do a
+    page's commands on JAX."""
     cases, seen = {}, set()
     for page, words in all_commands():
         shown = shlex.join(words)
@@ -329,8 +331,12 @@ def runs():
             if runs_the_same in seen:
                 continue
             seen.add(runs_the_same)
-            key = shlex.join(argv)
-            group = f"{page.name}: {run_dir}" if run_dir else f"{page.name}: {key}"
+            if run_dir:
+                group = f"{page.name}: {run_dir}"
+            elif "execution.backend=jax" in argv:  # a page's JAX commands share a process
+                group = f"{page.name}: execution.backend=jax"
+            else:
+                group = f"{page.name}: {shlex.join(argv)}"
             cases.setdefault(group, []).append(argv)
     return sorted(cases.items())
 
@@ -352,6 +358,16 @@ def test_every_shown_grid_value_resolves():
     assert checked >= 16, checked
 
 
+# Runs the command lines in argv[1], a JSON list, one after the other, each
+# as `python -m recipes` runs it: one process pays JAX's start-up once.
+ON_JAX = """
+import json, sys
+from recipes.__main__ import main
+for argv in json.loads(sys.argv[1]):
+    assert main(argv) == 0, argv
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", runs(), ids=lambda case: case[0][:150])
 def test_every_shown_command_runs_for_a_few_steps(case, tmp_path, monkeypatch):
@@ -359,14 +375,16 @@ def test_every_shown_command_runs_for_a_few_steps(case, tmp_path, monkeypatch):
     # The processes tools start import this repository from elsewhere now.
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setitem(_memory.WORKER_ENVIRONMENT, "PYTHONPATH", str(ROOT))
-    for argv in case[1]:
-        if "execution.backend=jax" in argv:
-            # Keras' backend is chosen once per process: a process of its own.
-            result = subprocess.run([sys.executable, "-m", "recipes", *argv], capture_output=True,
-                                    text=True, timeout=600)
-            assert result.returncode == 0, f"{argv}: {result.stderr[-3000:]}"
+    for on_jax, argvs in itertools.groupby(case[1], key=lambda argv: "execution.backend=jax" in argv):
+        if on_jax:
+            # Keras' backend is chosen once per process: a process of their own.
+            argvs = list(argvs)
+            result = subprocess.run([sys.executable, "-c", ON_JAX, json.dumps(argvs)],
+                                    capture_output=True, text=True, timeout=600)
+            assert result.returncode == 0, f"{argvs}: {result.stderr[-3000:]}"
             continue
-        assert cli.main(argv) == 0, argv
+        for argv in argvs:
+            assert cli.main(argv) == 0, argv
     metrics = sorted(tmp_path.glob("runs/**/metrics.json"))
     for path in metrics:
         loss = json.loads(path.read_text())["final"].get("loss")
