@@ -311,7 +311,11 @@ def what_runs(argv):
     if not command.on_recipe:
         return shlex.join(argv)
     options, overrides = command.split([*arguments.pop("overrides"), *extra])
-    config = _config.resolve(args.name, args.config_files, overrides, announce=lambda line: None)
+    try:
+        config = _config.resolve(args.name, args.config_files, overrides,
+                                 announce=lambda line: None)
+    except recipes.UserError:  # the run says why, as the command line would
+        return shlex.join(argv)
     return json.dumps([command.name, arguments, options, config], sort_keys=True, default=str)
 
 
