@@ -26,8 +26,8 @@ from conftest import ROOT, TINY, TINY_MODEL
 from recipes import __main__ as cli
 from recipes import _config, _environment
 from recipes.tools import compare as _compare
-from recipes.tools.sweep import parse_grid
 from recipes.tools import memory as _memory
+from recipes.tools.sweep import parse_grid
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^ *```(\w*)\n(.*?)^ *```", re.MULTILINE | re.DOTALL)
@@ -285,18 +285,16 @@ def tiny(argv):
         key, values = _compare.SIZES[recipes.module_of(name)]
         more.append(f"size={key}={json.dumps(values[:2])}")
     # The tiny values win; the command's own go, so that commands that
-    # differ only in them run once. A sweep's grid over a key they set
-    # (a model size) keeps its key at the tiny value: the combinations that
-    # then coincide run once (test_every_shown_grid_value_resolves checks
-    # the values shown).
-    replaced = {item.partition("=")[0] for item in more} | {"data.path"}
-    tiny_values = {item.partition("=")[0]: item.partition("=")[2] for item in more}
+    # differ only in them run once. A sweep's grid over a key they set (a
+    # model size) keeps that key with the tiny value alone
+    # (test_every_shown_grid_value_resolves checks the values shown).
+    tiny_values = dict(item.partition("=")[::2] for item in more)
     kept = []
     for before, item in zip(["", *items], items):
         key = item.partition("=")[0]
         if before == "--grid" and key in tiny_values:
             kept.append(f"{key}=[{tiny_values[key]}]")
-        elif before in ("--grid", "--config") or key not in replaced:
+        elif before in ("--grid", "--config") or key not in {*tiny_values, "data.path"}:
             kept.append(item)
     return [command, name, *kept, *more]
 
