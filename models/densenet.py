@@ -278,17 +278,8 @@ def densenet(input_shape, num_classes, depth=100, growth_rate=12, bottleneck=Tru
         stem_filters = 2 * growth_rates[0] if bottleneck and compression < 1 else 16
 
     inputs = keras.Input(shape=input_shape, name="image")
-    head = [_batch_norm(batch_norm_momentum, "final_bn")] if batch_norm else []
-    head += [layers.ReLU(name="final_relu"),
-             layers.GlobalAveragePooling2D(name="pool"),
-             # float32 softmax: see models/mlp.py.
-             layers.Dense(num_classes, activation="softmax", dtype="float32",
-                          kernel_regularizer=keras.regularizers.L2(weight_decay / 2)
-                          if weight_decay else None, name="predictions")]
-    stem = [_conv(stem_filters, 3, weight_decay, "stem_conv")]
-    if stem_pool:
-        stem += [*([_batch_norm(batch_norm_momentum, "stem_bn")] if batch_norm else []),
-                 layers.ReLU(name="stem_relu"), layers.MaxPooling2D(2, name="stem_pool")]
+    head = _head_layers(num_classes, batch_norm, weight_decay, batch_norm_momentum)
+    stem = _stem_layers(stem_filters, stem_pool, batch_norm, weight_decay, batch_norm_momentum)
 
     if api == "sequential":
         stack = [inputs, *([normalization] if normalization else []), *stem]
@@ -306,6 +297,26 @@ def densenet(input_shape, num_classes, depth=100, growth_rate=12, bottleneck=Tru
         if block < NUM_BLOCKS:
             x = transition_block(x, compression, name=f"transition{block}", **transition_args)
     return keras.Model(inputs, _apply(head, x), name=name)
+
+
+def _stem_layers(filters, pool, batch_norm, weight_decay, batch_norm_momentum):
+    """The stem: a 3x3 convolution, and with `pool` [BN-]ReLU-MaxPool2x2 after it."""
+    stem = [_conv(filters, 3, weight_decay, "stem_conv")]
+    if pool:
+        stem += [*([_batch_norm(batch_norm_momentum, "stem_bn")] if batch_norm else []),
+                 layers.ReLU(name="stem_relu"), layers.MaxPooling2D(2, name="stem_pool")]
+    return stem
+
+
+def _head_layers(num_classes, batch_norm, weight_decay, batch_norm_momentum):
+    """The classifier: [BN-]ReLU-GlobalAveragePool-Dense with a softmax."""
+    head = [_batch_norm(batch_norm_momentum, "final_bn")] if batch_norm else []
+    return head + [layers.ReLU(name="final_relu"),
+                   layers.GlobalAveragePooling2D(name="pool"),
+                   # float32 softmax: see models/mlp.py.
+                   layers.Dense(num_classes, activation="softmax", dtype="float32",
+                                kernel_regularizer=keras.regularizers.L2(weight_decay / 2)
+                                if weight_decay else None, name="predictions")]
 
 
 def _growth_rates(growth_rate):

@@ -204,14 +204,28 @@ class Experiment:
             test_metrics: `model.evaluate(..., return_dict=True)`'s result.
             timing: the `Timing` callback that `fit` ran with.
         """
-        config, model, run_dir = self.config, self.model, self.run_dir
-        name = config["recipe"]
-        if config["run"]["export"] and self.chief:
+        if self.config["run"]["export"] and self.chief:
             # A SavedModel serves without this repository's code (TF Serving, tf.saved_model.load).
-            network_of(model).export(run_dir / "saved_model", verbose=False)
+            network_of(self.model).export(self.run_dir / "saved_model", verbose=False)
+        metrics = self._metrics(test_metrics, timing)
+        if not self.chief:
+            print(f"worker {_rundir.worker_task()[0]}: done, weights sha256 "
+                  f"{metrics['weights_sha256']}", flush=True)
+            return metrics
+        # Strict JSON: a value that is not a finite number is null, not NaN.
+        metrics = _finite_or_none(metrics)
+        (self.run_dir / "metrics.json").write_text(
+            json.dumps(metrics, indent=2, allow_nan=False) + "\n")
+        self._print_summary(metrics)
+        return metrics
+
+    def _metrics(self, test_metrics, timing):
+        """What `metrics.json` holds: the run's settings, the model, its
+        history's final and best epochs, the test metrics and the timing."""
+        config, model, run_dir = self.config, self.model, self.run_dir
         epochs = _rundir.read_history(run_dir / "history.csv")
-        metrics = {
-            "recipe": name,
+        return {
+            "recipe": config["recipe"],
             "run_dir": str(run_dir),
             "backend": _environment.backend(),
             "mode_requested": config["execution"]["mode"],
@@ -243,26 +257,21 @@ class Experiment:
             "versions": _environment.versions(),
             "device": _environment.device_info(),
         }
-        if not self.chief:
-            print(f"worker {_rundir.worker_task()[0]}: done, weights sha256 "
-                  f"{metrics['weights_sha256']}", flush=True)
-            return metrics
-        # Strict JSON: a value that is not a finite number is null, not NaN.
-        metrics = _finite_or_none(metrics)
-        (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
 
+    def _print_summary(self, metrics):
+        """The test metrics, the step time and where the results are: three lines."""
         t = metrics["timing"]
         split = "test" if self.data.evaluated_on == "test" else "test on the validation images"
-        print(f"\n{name}: {split}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics["test"].items()))
+        print(f"\n{metrics['recipe']}: {split}: "
+              + ", ".join(f"{k} {v:.4f}" for k, v in metrics["test"].items()))
         if t["step_ms_median"] is not None:
             print(f"mode {metrics['mode_used']}, {t['step_ms_median']:.1f} ms/step, "
                   f"{t['images_per_s']:.0f} images/s, trace {t['trace_s']:.2f} s")
-        logs = run_dir / "tensorboard"
-        print(f"results: {run_dir}/metrics.json"
+        logs = self.run_dir / "tensorboard"
+        print(f"results: {self.run_dir}/metrics.json"
               + (f"; TensorBoard: tensorboard --logdir {shlex.quote(str(logs))}"
                  if logs.is_dir() else ""),
               flush=True)
-        return metrics
 
 
 def _finite_or_none(value):
@@ -335,21 +344,7 @@ def standard_callbacks(config, run_dir, data):
     callbacks.append(keras.callbacks.CSVLogger(run_dir / "history.csv", append=True))
     if chosen["graph"]:
         callbacks.append(GraphWriter(run_dir / "tensorboard" / "train"))
-    if chosen["profile"] is not None and not chosen["tensorboard"]:
-        raise UserError("callbacks.profile writes into the TensorBoard logs: "
-                        "it needs callbacks.tensorboard=true.")
-    if chosen["tensorboard"] and not _environment.has_tensorflow():
-        print("callbacks.tensorboard: skipped, Keras' TensorBoard callback writes through "
-              "tf.summary and TensorFlow is not installed here; history.csv has every "
-              "epoch's numbers.", flush=True)
-    elif chosen["tensorboard"]:
-        try:
-            callbacks.append(keras.callbacks.TensorBoard(
-                run_dir / "tensorboard", profile_batch=chosen["profile"] or 0))
-        except ValueError:
-            raise UserError("callbacks.profile takes the first and last training step to "
-                            f"profile, e.g. callbacks.profile=5,8; got {chosen['profile']!r}."
-                            ) from None
+    callbacks += _tensorboard(chosen, run_dir)
     if chosen["diagnostics"]:
         # The first training images, before augmentation: not from `train`,
         # whose every new iterator (and augmentation call) moves on the
@@ -368,6 +363,28 @@ def standard_callbacks(config, run_dir, data):
             keras.callbacks.ModelCheckpoint(checkpoints / "last.keras"),
         ]
     return [*callbacks, backup]
+
+
+def _tensorboard(chosen, run_dir):
+    """[Keras' TensorBoard callback] as `callbacks.tensorboard` and
+    `callbacks.profile` ask; [] without TensorFlow, said so."""
+    if chosen["profile"] is not None and not chosen["tensorboard"]:
+        raise UserError("callbacks.profile writes into the TensorBoard logs: "
+                        "it needs callbacks.tensorboard=true.")
+    if not chosen["tensorboard"]:
+        return []
+    if not _environment.has_tensorflow():
+        print("callbacks.tensorboard: skipped, Keras' TensorBoard callback writes through "
+              "tf.summary and TensorFlow is not installed here; history.csv has every "
+              "epoch's numbers.", flush=True)
+        return []
+    try:
+        return [keras.callbacks.TensorBoard(run_dir / "tensorboard",
+                                            profile_batch=chosen["profile"] or 0)]
+    except ValueError:
+        raise UserError("callbacks.profile takes the first and last training step to "
+                        f"profile, e.g. callbacks.profile=5,8; got {chosen['profile']!r}."
+                        ) from None
 
 
 def _best_so_far(run_dir, monitor):

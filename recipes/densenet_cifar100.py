@@ -48,16 +48,8 @@ def build(config):
         An `Experiment`: the compiled model, its data and strategy.
     """
     model_config, train_config = config["model"], config["train"]
-    # A variant names the paper's settings; fields that are set override it.
     # Checked first, so that a wrong depth costs no data loading.
-    try:
-        spec = variant_spec(
-            model_config["variant"], depth=model_config["depth"],
-            growth_rate=model_config["growth_rate"],
-            bottleneck=model_config["bottleneck"],
-            compression=model_config["compression"])
-    except ValueError as error:
-        raise UserError(f"model: {error}") from None
+    spec = _architecture(model_config)
     # Seeds every random generator, the input pipeline's included, and sets
     # the dtype policy, before anything is built; `strategy` is
     # tf.distribute's (execution.strategy), a no-op by default.
@@ -74,24 +66,7 @@ def build(config):
     # Under tf.distribute, variables made in the strategy's scope are
     # mirrored on every replica: build and compile the model there.
     with strategy.scope():
-        # Per-channel normalization with the training images' statistics, as a
-        # layer inside the model: a saved model takes plain [0, 1] images.
-        # float32 under a mixed policy too: `adapt` sums float32 images.
-        normalization = keras.layers.Normalization(axis=-1, dtype="float32",
-                                                   name="normalization")
-        normalization.adapt(_data.images(data.train_plain))
-        model = models.densenet(
-            data.input_shape, data.num_classes, **spec,
-            dropout=model_config["dropout"],
-            batch_norm=model_config["batch_norm"],
-            weight_decay=model_config["weight_decay"],  # an L2 penalty in each kernel
-            batch_norm_momentum=model_config["batch_norm_momentum"],
-            normalization=normalization,
-            api=model_config["api"],
-        )
-        # Augmentation placed on the device runs inside fit's training step.
-        if data.augment_on == "device":
-            model = models.AugmentedModel(model, data.augment)
+        model = build_model(model_config, spec, data)
 
         # ## Training setup
         # train.schedule by name: step (the paper's), cosine or constant.
@@ -113,6 +88,47 @@ def build(config):
             steps_per_execution=config["execution"]["steps_per_execution"],
         )
     return Experiment(config, model, data, strategy)
+
+
+def _architecture(model_config):
+    """The DenseNet's depth, growth rate, bottleneck and compression:
+    `model.variant` names the paper's settings, and the fields that are set
+    override them.
+
+    Raises:
+        UserError: an unknown variant, or a depth no DenseNet has.
+    """
+    try:
+        return variant_spec(
+            model_config["variant"], depth=model_config["depth"],
+            growth_rate=model_config["growth_rate"],
+            bottleneck=model_config["bottleneck"],
+            compression=model_config["compression"])
+    except ValueError as error:
+        raise UserError(f"model: {error}") from None
+
+
+def build_model(model_config, spec, data):
+    """The DenseNet of `spec` for `data`, normalizing its input first; wrapped
+    in `models.AugmentedModel` when augmentation runs on the device."""
+    # Per-channel normalization with the training images' statistics, as a
+    # layer inside the model: a saved model takes plain [0, 1] images.
+    # float32 under a mixed policy too: `adapt` sums float32 images.
+    normalization = keras.layers.Normalization(axis=-1, dtype="float32", name="normalization")
+    normalization.adapt(_data.images(data.train_plain))
+    model = models.densenet(
+        data.input_shape, data.num_classes, **spec,
+        dropout=model_config["dropout"],
+        batch_norm=model_config["batch_norm"],
+        weight_decay=model_config["weight_decay"],  # an L2 penalty in each kernel
+        batch_norm_momentum=model_config["batch_norm_momentum"],
+        normalization=normalization,
+        api=model_config["api"],
+    )
+    # Augmentation placed on the device runs inside fit's training step.
+    if data.augment_on == "device":
+        model = models.AugmentedModel(model, data.augment)
+    return model
 
 
 def run(config):

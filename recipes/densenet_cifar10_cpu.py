@@ -59,49 +59,11 @@ def build(config):
 
     # ## Model
     with strategy.scope():
-        # Per-channel normalization with the training images' statistics,
-        # inside the model: a saved model takes plain [0, 1] images.
-        normalization = keras.layers.Normalization(axis=-1, dtype="float32",
-                                                   name="normalization")
-        normalization.adapt(_data.images(data.train_plain))
-        # The whitening filters are fitted to a few thousand normalized
-        # training images, before any training.
-        sample = _first_images(data.train_plain, model_config["whitening_images"])
-        network = models.densenet_whitened(
-            data.input_shape, data.num_classes,
-            whitening_images=keras.ops.convert_to_numpy(normalization(sample)),
-            widths=model_config["widths"], growth_rates=model_config["growth_rates"],
-            layers_per_block=model_config["layers_per_block"],
-            normalization=normalization,
-            whitening=model_config["whitening"], identity_init=model_config["identity_init"],
-            batch_norm_momentum=model_config["batch_norm_momentum"],
-            fused_batch_norm=model_config["fused_batch_norm"],
-            weight_decay=model_config["weight_decay"],
-            # The offsets train at bias_lr_scale x the rate: the same decay per step.
-            beta_weight_decay=model_config["weight_decay"] / train_config["bias_lr_scale"],
-        )
-        model = (models.AugmentedModel(network, data.augment)
-                 if data.augment_on == "device" else network)
+        model = build_model(model_config, train_config, data)
 
         # ## Training setup
-        # A triangle: from 0.2 x lr up to lr at 23% of the steps, down to 0.07 x lr.
-        total = train_config["epochs"] * data.steps_per_epoch
-        lr = _experiment.learning_rate(config, strategy)
-
-        top = max(1, round(0.23 * total))  # a step of its own, however short the run
-
-        def sgd(peak, stop=None):
-            schedule = models.PiecewiseLinear([0, top, max(total, top + 1)],
-                                              [0.2 * peak, peak, 0.07 * peak], stop=stop)
-            return keras.optimizers.SGD(schedule, momentum=train_config["momentum"],
-                                        nesterov=True)
-
-        # Batch norm's offsets at bias_lr_scale x the learning rate (airbench's
-        # 64); the whitening layer's bias stops training after a few epochs.
-        stop = train_config["whitening_bias_epochs"] * data.steps_per_epoch
-        optimizer = keras.optimizers.MultiOptimizer(keras.optimizers.OptimizerMap(
-            sgd(lr), {".*_bn/beta": sgd(lr * train_config["bias_lr_scale"]),
-                      "whitening/bias": sgd(lr, stop=stop)}))
+        optimizer = _optimizer(train_config, data.steps_per_epoch,
+                               _experiment.learning_rate(config, strategy))
         mode = config["execution"]["mode"]
         model.compile(
             optimizer=optimizer,
@@ -113,6 +75,50 @@ def build(config):
             steps_per_execution=config["execution"]["steps_per_execution"],
         )
     return Experiment(config, model, data, strategy)
+
+
+def build_model(model_config, train_config, data):
+    """The whitened DenseNet for `data`, normalizing its input first; wrapped
+    in `models.AugmentedModel` when augmentation runs on the device."""
+    # Per-channel normalization with the training images' statistics,
+    # inside the model: a saved model takes plain [0, 1] images.
+    normalization = keras.layers.Normalization(axis=-1, dtype="float32", name="normalization")
+    normalization.adapt(_data.images(data.train_plain))
+    # The whitening filters are fitted to a few thousand normalized
+    # training images, before any training.
+    sample = _first_images(data.train_plain, model_config["whitening_images"])
+    network = models.densenet_whitened(
+        data.input_shape, data.num_classes,
+        whitening_images=keras.ops.convert_to_numpy(normalization(sample)),
+        widths=model_config["widths"], growth_rates=model_config["growth_rates"],
+        layers_per_block=model_config["layers_per_block"],
+        normalization=normalization,
+        whitening=model_config["whitening"], identity_init=model_config["identity_init"],
+        batch_norm_momentum=model_config["batch_norm_momentum"],
+        weight_decay=model_config["weight_decay"],
+        # The offsets train at bias_lr_scale x the rate: the same decay per step.
+        beta_weight_decay=model_config["weight_decay"] / train_config["bias_lr_scale"],
+    )
+    return models.AugmentedModel(network, data.augment) if data.augment_on == "device" else network
+
+
+def _optimizer(train_config, steps_per_epoch, lr):
+    """Nesterov SGD on a triangle: from 0.2 x lr up to lr at 23% of the
+    steps, down to 0.07 x lr."""
+    total = train_config["epochs"] * steps_per_epoch
+    top = max(1, round(0.23 * total))  # a step of its own, however short the run
+
+    def sgd(peak, stop=None):
+        schedule = models.PiecewiseLinear([0, top, max(total, top + 1)],
+                                          [0.2 * peak, peak, 0.07 * peak], stop=stop)
+        return keras.optimizers.SGD(schedule, momentum=train_config["momentum"], nesterov=True)
+
+    # Batch norm's offsets at bias_lr_scale x the learning rate (airbench's
+    # 64); the whitening layer's bias stops training after a few epochs.
+    stop = train_config["whitening_bias_epochs"] * steps_per_epoch
+    return keras.optimizers.MultiOptimizer(keras.optimizers.OptimizerMap(
+        sgd(lr), {".*_bn/beta": sgd(lr * train_config["bias_lr_scale"]),
+                  "whitening/bias": sgd(lr, stop=stop)}))
 
 
 def _first_images(batches, count):

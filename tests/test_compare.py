@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import callbacks.timing as timing_module
+import recipes
 from recipes import UserError
 from recipes.tools import compare as _compare
 from recipes.tools import loops as _loops
@@ -202,3 +203,14 @@ def test_the_matmul_rate_counts_every_multiply_add_of_the_calls_it_timed(monkeyp
     monkeypatch.setattr(_measure, "time", Clock(0.0, 0.6, 1.2))
     rate = _measure.matmul_flops_per_s(tf.float32, size=64, chain=2, min_seconds=1.0)
     assert rate == pytest.approx(2 * 2 * (2 * 64**3) / 1.2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", sorted(_compare.SIZES))
+def test_every_default_size_builds(module, tiny_config):
+    """compare-sizes' default sizes, each built as its recipe builds it (the
+    docs' compare-sizes commands time the first two only)."""
+    key, values = _compare.SIZES[module]
+    params = [recipes.load(module).build(tiny_config(module, f"{key}={json.dumps(value)}"))
+              .model.count_params() for value in values]
+    assert params == sorted(params) and len(set(params)) == len(values)

@@ -10,6 +10,7 @@ its variables are checked as a reader would type them.
 
 import dataclasses
 import functools
+import itertools
 import json
 import math
 import os
@@ -23,8 +24,10 @@ import pytest
 import recipes
 from conftest import ROOT, TINY, TINY_MODEL
 from recipes import __main__ as cli
-from recipes import _environment
+from recipes import _config, _environment
+from recipes.tools import compare as _compare
 from recipes.tools import memory as _memory
+from recipes.tools.sweep import parse_grid
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^ *```(\w*)\n(.*?)^ *```", re.MULTILINE | re.DOTALL)
@@ -226,13 +229,16 @@ def test_every_shown_command_resolves_as_the_command_line_would(page, monkeypatc
             assert cli.main(argv) == 0 and len(reached) == 1, argv
 
 
-# Shown commands that need what came before them (a run interrupted by hand):
-# the test that runs each.
+# Shown commands that need what came before them (a run interrupted by hand),
+# or that a test of their own runs, tiny, with more checks: the test that runs each.
 RUN_ELSEWHERE = {
     'make recipe NAME=mnist_mlp ARGS=run.resume=true':
         "tests/test_resume.py::test_resume_finds_the_latest_unfinished_run",
     "make recipe NAME=graph_lessons 'ARGS=execution.mode=xla run.resume=true'":
         "tests/test_resume.py::test_rerun_continues_at_epoch_2_with_saved_state",
+    "make recipe NAME=densenet_cifar100 'ARGS=execution.mode=xla execution.precision=mixed_bfloat16'":
+        "tests/test_recipes.py::test_the_documented_xla_bfloat16_densenet_command_trains",
+    "make soak": "tests/test_faults.py::test_the_soak_kills_and_resumes_a_run_to_its_end",
 }
 
 
@@ -245,7 +251,9 @@ def test_each_command_run_elsewhere_is_shown_and_its_test_exists():
 
 
 # Per tool: its options and overrides for a few steps on a little data, after
-# the command's own. `compare` times the first of the command's modes only.
+# the command's own. `compare` times the first of the command's modes only;
+# `compare-sizes` the first two of its default sizes (each size is the same
+# code path; test_compare.py builds every default size).
 TINY_OPTIONS = {
     "compare": ["steps=2", "repeats=1"],
     "compare-sizes": ["steps=2", "repeats=1"],
@@ -273,17 +281,46 @@ def tiny(argv):
     if command in ("compare", "compare-sizes"):
         modes = next((item for item in items if item.startswith("modes=")), "modes=graph")
         more.append(modes.split(",")[0])
+    if command == "compare-sizes" and not any(item.startswith("size=") for item in items):
+        key, values = _compare.SIZES[recipes.module_of(name)]
+        more.append(f"size={key}={json.dumps(values[:2])}")
     # The tiny values win; the command's own go, so that commands that
-    # differ only in them run once.
-    replaced = {item.partition("=")[0] for item in more} | {"data.path"}
-    kept = [item for before, item in zip(["", *items], items)
-            if before in ("--grid", "--config") or item.partition("=")[0] not in replaced]
+    # differ only in them run once. A sweep's grid over a key they set (a
+    # model size) keeps that key with the tiny value alone
+    # (test_every_shown_grid_value_resolves checks the values shown).
+    tiny_values = dict(item.partition("=")[::2] for item in more)
+    kept = []
+    for before, item in zip(["", *items], items):
+        key = item.partition("=")[0]
+        if before == "--grid" and key in tiny_values:
+            kept.append(f"{key}=[{tiny_values[key]}]")
+        elif before in ("--grid", "--config") or key not in {*tiny_values, "data.path"}:
+            kept.append(item)
     return [command, name, *kept, *more]
+
+
+def what_runs(argv):
+    """What `argv` runs, as the command line resolves it: its command, recipe,
+    options and resolved config, as text. Commands that differ only in
+    writing a recipe's own setting again run the same."""
+    args, extra = cli.build_parser().parse_known_args(argv)
+    arguments = dict(vars(args))
+    command = cli.COMMANDS[arguments.pop("command")]
+    if not command.on_recipe:
+        return shlex.join(argv)
+    options, overrides = command.split([*arguments.pop("overrides"), *extra])
+    try:
+        config = _config.resolve(args.name, args.config_files, overrides,
+                                 announce=lambda line: None)
+    except recipes.UserError:  # the run says why, as the command line would
+        return shlex.join(argv)
+    return json.dumps([command.name, arguments, options, config], sort_keys=True, default=str)
 
 
 def runs():
     """[(id, [tiny argv, ...])]: every distinct command, once; the commands
-    of one block that share a `run.dir` run together, in order."""
+    of one block that share a `run.dir` run together, in order, and so do a
+    page's commands on JAX."""
     cases, seen = {}, set()
     for page, words in all_commands():
         shown = shlex.join(words)
@@ -291,14 +328,46 @@ def runs():
             continue
         for argv in expand(words):
             argv = tiny(argv)
-            key = shlex.join(argv)
-            if key in seen:
-                continue
-            seen.add(key)
             run_dir = next((item for item in argv if item.startswith("run.dir=")), None)
-            group = f"{page.name}: {run_dir}" if run_dir else f"{page.name}: {key}"
+            runs_the_same = shlex.join(argv) if run_dir else what_runs(argv)
+            if runs_the_same in seen:
+                continue
+            seen.add(runs_the_same)
+            if run_dir:
+                group = f"{page.name}: {run_dir}"
+            elif "execution.backend=jax" in argv:  # a page's JAX commands share a process
+                group = f"{page.name}: execution.backend=jax"
+            else:
+                group = f"{page.name}: {shlex.join(argv)}"
             cases.setdefault(group, []).append(argv)
     return sorted(cases.items())
+
+
+def test_every_shown_grid_value_resolves():
+    """Each value of a shown sweep's grid, as the sweep resolves it: `tiny`
+    runs a grid over a model size at the tiny size only."""
+    checked = 0
+    for _, words in all_commands():
+        if words[0] == "make" and words[1] in NOT_RECIPE_COMMANDS:
+            continue
+        for argv in expand(words):
+            grids = [item for before, item in zip(argv, argv[1:]) if before == "--grid"]
+            for key, values in map(parse_grid, grids if argv[0] == "sweep" else []):
+                for value in values:
+                    _config.resolve(argv[1], overrides=[f"{key}={json.dumps(value)}"],
+                                    announce=lambda line: None)
+                    checked += 1
+    assert checked >= 16, checked
+
+
+# Runs the command lines in argv[1], a JSON list, one after the other, each
+# as `python -m recipes` runs it: one process pays JAX's start-up once.
+ON_JAX = """
+import json, sys
+from recipes.__main__ import main
+for argv in json.loads(sys.argv[1]):
+    assert main(argv) == 0, argv
+"""
 
 
 @pytest.mark.slow
@@ -308,14 +377,16 @@ def test_every_shown_command_runs_for_a_few_steps(case, tmp_path, monkeypatch):
     # The processes tools start import this repository from elsewhere now.
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setitem(_memory.WORKER_ENVIRONMENT, "PYTHONPATH", str(ROOT))
-    for argv in case[1]:
-        if "execution.backend=jax" in argv:
-            # Keras' backend is chosen once per process: a process of its own.
-            result = subprocess.run([sys.executable, "-m", "recipes", *argv], capture_output=True,
-                                    text=True, timeout=600)
-            assert result.returncode == 0, f"{argv}: {result.stderr[-3000:]}"
+    for on_jax, argvs in itertools.groupby(case[1], key=lambda argv: "execution.backend=jax" in argv):
+        if on_jax:
+            # Keras' backend is chosen once per process: a process of their own.
+            argvs = list(argvs)
+            result = subprocess.run([sys.executable, "-c", ON_JAX, json.dumps(argvs)],
+                                    capture_output=True, text=True, timeout=600)
+            assert result.returncode == 0, f"{argvs}: {result.stderr[-3000:]}"
             continue
-        assert cli.main(argv) == 0, argv
+        for argv in argvs:
+            assert cli.main(argv) == 0, argv
     metrics = sorted(tmp_path.glob("runs/**/metrics.json"))
     for path in metrics:
         loss = json.loads(path.read_text())["final"].get("loss")

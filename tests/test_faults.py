@@ -186,6 +186,8 @@ def test_the_soak_kills_and_resumes_a_run_to_its_end(tmp_path):
     assert row["kills"] >= 1 and row["resumes that succeeded"] == row["kills"]
     assert row["finished epochs lost per kill (max)"] <= 1
     assert row["every epoch once in history.csv"] and row["run finished"]
+    # And it trained as the uninterrupted run beside it did (tests/test_resume_exact.py).
+    assert row["losses equal the uninterrupted run's"]
 
 
 @pytest.mark.slow

@@ -91,15 +91,6 @@ def test_a_resumed_run_equals_the_uninterrupted_one(name, backend, overrides, tm
     assert resumed["weights_sha256"] == whole["weights_sha256"]
 
 
-@pytest.mark.slow
-def test_the_soak_compares_the_resumed_run_with_an_uninterrupted_one(tmp_path):
-    row = soak.soak("mnist_mlp", kills=1, overrides=[*TINY, "train.epochs=8",
-                                                     "train.steps_per_epoch=40"],
-                    runs_dir=tmp_path)
-    assert row["kills"] == 1 and row["run finished"]
-    assert row["losses equal the uninterrupted run's"]
-
-
 def test_the_soak_finds_losses_that_differ_by_more_than_its_tolerance(tmp_path):
     def history(name, losses):
         path = tmp_path / name

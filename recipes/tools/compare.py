@@ -92,6 +92,30 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
           f"one process per mode{f', {repeats} times in turns' if repeats > 1 else ''}; "
           f"results in {out_dir}", flush=True)
 
+    runs, measured = _measure(name, modes, steps, config_files, overrides, out_dir, quiet,
+                              repeats)
+    rows = [_median_run(measured_runs) for measured_runs in runs.values()]
+    context = {key: measured[key] for key in ("device", "versions", "config")}
+    add_speedups(rows)
+    results = {"recipe": name, "steps": steps, "warmup_steps": WARMUP_STEPS, "repeats": repeats,
+               "params": measured["params"], "rows": rows, **context}
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_csv(out_dir / "results.csv", COLUMNS, rows)
+    table = markdown_table(COLUMNS, rows, number_cell)
+    (out_dir / "table.md").write_text(table + "\n")
+    plots.modes(rows, f"{name} on {device_label(context['device'])}", out_dir / "speedup.png")
+    if not quiet:
+        print("\n" + table + f"\n\nresults: {out_dir}/results.json, table.md, speedup.png")
+    return results
+
+
+def _measure(name, modes, steps, config_files, overrides, out_dir, quiet, repeats):
+    """Runs every mode `repeats` times, in turns, one process each.
+
+    Returns:
+        {mode: [its rows, one per turn]}, and the last process' whole result
+        (its device, versions, config and params are every process').
+    """
     runs = {mode: [] for mode in modes}
     jobs = [(turn, mode) for turn in range(repeats) for mode in modes]
     for number, (turn, mode) in enumerate(jobs, 1):
@@ -109,30 +133,19 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
                             + result.stderr[-3000:])
         measured = json.loads(Path(job["out"]).read_text())
         runs[mode].append(measured["row"])
-        context = {key: measured[key] for key in ("device", "versions", "config")}
         if not quiet:
             row = measured["row"]
             print(f"[{number}/{len(jobs)}] {label:<15} {row['step_ms_median']:9.2f} ms/step "
                   f"{row['images_per_s']:10.0f} images/s  trace {row['trace_s']:.2f} s", flush=True)
+    return runs, measured
 
-    rows = []
-    for mode, measured_runs in runs.items():
-        by_time = sorted(measured_runs, key=lambda row: row["step_ms_median"])
-        row = by_time[(len(by_time) - 1) // 2]
-        row["step_ms_runs"] = [run["step_ms_median"] for run in measured_runs]
-        rows.append(row)
 
-    add_speedups(rows)
-    results = {"recipe": name, "steps": steps, "warmup_steps": WARMUP_STEPS, "repeats": repeats,
-               "params": measured["params"], "rows": rows, **context}
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    write_csv(out_dir / "results.csv", COLUMNS, rows)
-    table = markdown_table(COLUMNS, rows, number_cell)
-    (out_dir / "table.md").write_text(table + "\n")
-    plots.modes(rows, f"{name} on {device_label(context['device'])}", out_dir / "speedup.png")
-    if not quiet:
-        print("\n" + table + f"\n\nresults: {out_dir}/results.json, table.md, speedup.png")
-    return results
+def _median_run(measured_runs):
+    """A mode's row: its run of median step time, with `step_ms_runs`, every run's."""
+    by_time = sorted(measured_runs, key=lambda row: row["step_ms_median"])
+    row = by_time[(len(by_time) - 1) // 2]
+    row["step_ms_runs"] = [run["step_ms_median"] for run in measured_runs]
+    return row
 
 
 def add_speedups(rows):

@@ -52,18 +52,7 @@ def measure(job):
     experiment.open_run_dir()  # its config.yaml says what this row measured
     model, data = experiment.model, experiment.data
     timing = Timing(batch_size=data.batch_size)
-    batches = timing.instrument(data.train)
-    if mode == "graph_ready":
-        # One batch, repeated: an input that is always ready.
-        batches = timing.instrument(
-            tf.data.Dataset.from_tensors(next(iter(experiment.data.train))).repeat())
-    total = config["train"]["steps_per_epoch"]
-    if mode in ("loop_eager", "loop_function"):
-        _time_loop(model, timing, batches, total, use_function=mode == "loop_function")
-    elif mode == "loop_epoch":
-        _time_epoch_function(model, timing, batches, steps)
-    else:
-        model.fit(batches, epochs=1, steps_per_epoch=total, callbacks=[timing], verbose=0)
+    _train(mode, experiment, timing, config["train"]["steps_per_epoch"], steps)
 
     first_steps = {"graph_spe": SPE, "loop_epoch": 1 + WARMUP_STEPS}.get(mode, 1)
     summary = timing.summary(warmup_steps=0 if mode in MULTI_STEP_MODES else WARMUP_STEPS)
@@ -96,6 +85,22 @@ def measure(job):
     Path(job["out"]).write_text(json.dumps({
         "row": row, "params": model.count_params(), "device": _environment.device_info(),
         "versions": _environment.versions(), "config": config}, indent=2))
+
+
+def _train(mode, experiment, timing, total, steps):
+    """Trains `experiment`'s model `total` steps in `mode`, timed by `timing`
+    (`steps` of them in one call for `loop_epoch`)."""
+    model, data = experiment.model, experiment.data
+    batches = timing.instrument(data.train)
+    if mode == "graph_ready":
+        # One batch, repeated: an input that is always ready.
+        batches = timing.instrument(tf.data.Dataset.from_tensors(next(iter(data.train))).repeat())
+    if mode in ("loop_eager", "loop_function"):
+        _time_loop(model, timing, batches, total, use_function=mode == "loop_function")
+    elif mode == "loop_epoch":
+        _time_epoch_function(model, timing, batches, steps)
+    else:
+        model.fit(batches, epochs=1, steps_per_epoch=total, callbacks=[timing], verbose=0)
 
 
 def _time_loop(model, timing, batches, total, use_function):
