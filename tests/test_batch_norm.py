@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 import models
+import recipes
 
 
 def _pair(scale, momentum=0.6):
@@ -70,3 +71,12 @@ def test_it_survives_saving(tmp_path):
     loaded = keras.saving.load_model(tmp_path / "m.keras")
     assert type(loaded.layers[0]) is models.FusedBatchNormalization
     assert loaded.layers[0].momentum == 0.6
+
+
+@pytest.mark.parametrize("fused, kind", [("true", models.FusedBatchNormalization),
+                                         ("false", keras.layers.BatchNormalization)])
+def test_densenet_cifar10_cpu_builds_the_batch_norm_its_config_names(fused, kind, tiny_config):
+    config = tiny_config("densenet_cifar10_cpu", f"model.fused_batch_norm={fused}")
+    model = models.network_of(recipes.load("densenet_cifar10_cpu").build(config).model)
+    norms = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
+    assert norms and all(type(layer) is kind for layer in norms)
