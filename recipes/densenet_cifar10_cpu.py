@@ -1,4 +1,4 @@
-"""A DenseNet trained the way the fastest CIFAR-10 runs train: expect ~91.7% in 20 epochs on a 2-core CPU.
+"""A DenseNet trained the way the fastest CIFAR-10 runs train: expect ~91.5% in 20 epochs on a 2-core CPU.
 
 cifar10-airbench (KellerJordan/cifar10-airbench, arXiv 2404.00498) reaches
 94% on CIFAR-10 in under 4 seconds of an A100, with 0.36 PFLOP of training:
@@ -19,9 +19,10 @@ the concatenation of all earlier ones):
   {no shift, one pixel up-left, one down-right}.
 
 Measured on Xeon-AMX (2 cores, AVX-512 with BF16 and AMX), 2026-11-24: 91.72%
-of 5,000 held-out CIFAR-10 training JPEGs after 20 epochs with six test-time
-views (90.38% without), in 51 minutes with other work on the machine; about
-75 s of training per epoch on the quiet machine. Not yet airbench's 94%:
+and 91.28% (seeds 0 and 1) of 5,000 held-out CIFAR-10 training JPEGs after
+20 epochs with six test-time views (90.38% and 89.78% without); seed 1 took
+30 minutes, the first nine epochs with other work on the machine, and 66 to
+69 s of training per epoch on the quiet machine. Not yet airbench's 94%:
 docs/cpu-hour.md says what was measured and what differs.
 
     make recipe NAME=densenet_cifar10_cpu ARGS="data.source=folder data.path=DATA"
