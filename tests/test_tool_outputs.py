@@ -4,10 +4,12 @@ the README shows them, from a folder with no runs/ yet."""
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
 from conftest import ROOT
+from recipes.tools import plots
 
 
 def recipes_command(*args, cwd):
@@ -36,3 +38,12 @@ def test_curves_writes_into_a_new_folder(tmp_path):
 
     path = curves.curves([run], out=tmp_path / "plots" / "new" / "curve.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_sizes_plot_without_eager_says_so_instead_of_an_empty_legend(tmp_path):
+    rows = [{"mode": "graph", "params": 1000, "speedup_vs_eager": None},
+            {"mode": "graph", "params": 2000, "speedup_vs_eager": None}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warns of a legend with no lines
+        plots.sizes(rows, "no eager", tmp_path / "sizes.png")
+    assert (tmp_path / "sizes.png").stat().st_size > 0

@@ -45,7 +45,11 @@ def sizes(rows, title, path):
     axis.set_xlabel("parameters")
     axis.set_ylabel("speedup over eager (step time)")
     axis.set_title(title, fontsize=9)
-    axis.legend(fontsize=8)
+    if axis.get_lines()[:-1]:  # a line besides the 1.0 reference
+        axis.legend(fontsize=8)
+    else:
+        axis.text(0.5, 0.5, "no speedup to draw: add eager to modes=", ha="center",
+                  transform=axis.transAxes)
     _save(figure, path)
 
 
