@@ -26,7 +26,8 @@ class ArrayBatches(keras.utils.PyDataset):
         start: the run's training step that batch 0 is: a resumed run's
             first step, so that it sees what an uninterrupted run would.
         mirrored: bool array, (examples,): the images `alternating_flip`
-            mirrors in even passes (the others in odd ones); None mirrors none.
+            mirrors in even passes (the others in odd ones), in the training
+            split; None mirrors none.
     """
 
     def __init__(self, images, labels, batch_size, num_classes=None, shuffle_seed=None,
@@ -54,7 +55,7 @@ class ArrayBatches(keras.utils.PyDataset):
                 self._order = number, rng.permutation(len(self.labels))
             rows = self._order[1][position * self.batch_size:(position + 1) * self.batch_size]
         images = self.images[rows].astype(np.float32) / 255.0
-        if self.mirrored is not None:
+        if self.mirrored is not None and self.shuffle_seed is not None:  # training passes only
             flip = self.mirrored[rows] != (number % 2 == 1)
             images[flip] = images[flip][:, :, ::-1]
         labels = self.labels[rows]
