@@ -240,9 +240,31 @@ def _parse_override(item):
         raise UserError(f"Expected key=value, got '{item}' "
                         f"(for example train.epochs=2).")
     try:
-        return key.strip(), yaml.safe_load(text)
+        value = yaml.safe_load(text)
     except yaml.YAMLError:
         raise UserError(f"Cannot parse the value of '{item}' as YAML.") from None
+    glued = _glued_key(value)
+    if glued:
+        # YAML reads {padding:4} as the key 'padding:4' with no value.
+        name, _, rest = glued.partition(":")
+        raise UserError(f"In '{item}', '{glued}' needs a space after the colon: "
+                        f"write '{name}: {rest}' (a shell strips the quotes of "
+                        f'"{name}":{rest}, so quote the whole override).')
+    return key.strip(), value
+
+
+def _glued_key(value):
+    """The first mapping key like 'padding:4' (with no value) inside `value`."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if isinstance(key, str) and ":" in key and inner is None:
+                return key
+            found = _glued_key(inner)
+            if found:
+                return found
+    if isinstance(value, list):
+        return next(filter(None, map(_glued_key, value)), None)
+    return None
 
 
 def _flatten(tree, prefix=""):

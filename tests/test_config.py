@@ -61,6 +61,9 @@ def test_integer_is_accepted_where_a_number_is_expected():
     ("data.source=web", "must be one of tfds, synthetic, folder"),
     ("train.epochs", "Expected key=value, got 'train.epochs'"),
     ("train.epochs=null", "'train.epochs' expects an integer, got None"),
+    # What a shell leaves of data.augment=[{"pad_crop":{"padding":4}}] unquoted.
+    ("data.augment=[flip,{pad_crop:{padding:4}}]",
+     "'padding:4' needs a space after the colon: write 'padding: 4'"),
 ])
 def test_bad_overrides_name_the_problem(override, message):
     with pytest.raises(UserError, match=None) as error:
