@@ -346,9 +346,11 @@ class Clock:
 def test_augment_benchmark_writes_both_tables(tmp_path, monkeypatch):
     # Each rate is timed between two readings, one second apart: 2 batches
     # of cifar10_cnn's 32 images in that second, the warm-up batch not counted.
+    # The pipeline docs/augmentation.md benchmarks (its command is not run again there).
     monkeypatch.setattr(_augment_bench, "time", Clock())
     operations, training = _augment_bench.benchmark(
         "cifar10_cnn", steps=2, batches=2, out_dir=tmp_path, overrides=[
+            "data.augment=[pad_crop,flip,randaugment]",
             "data.synthetic_examples=128", "model.filters=[4]", "model.dense_units=8"])
 
     assert [(row["engine"], row["operation"]) for row in operations] == [

@@ -239,6 +239,8 @@ RUN_ELSEWHERE = {
     "make recipe NAME=densenet_cifar100 'ARGS=execution.mode=xla execution.precision=mixed_bfloat16'":
         "tests/test_recipes.py::test_the_documented_xla_bfloat16_densenet_command_trains",
     "make soak": "tests/test_faults.py::test_the_soak_kills_and_resumes_a_run_to_its_end",
+    "make benchmark-augment NAME=cifar10_cnn 'ARGS=data.augment=[pad_crop,flip,randaugment]'":
+        "tests/test_augment.py::test_augment_benchmark_writes_both_tables",
 }
 
 
@@ -284,6 +286,9 @@ def tiny(argv):
     if command == "compare-sizes" and not any(item.startswith("size=") for item in items):
         key, values = _compare.SIZES[recipes.module_of(name)]
         more.append(f"size={key}={json.dumps(values[:2])}")
+    for key, values in [parse_grid(item[5:], "size=") for item in items
+                        if item.startswith("size=data.batch_size=")]:
+        more.append(f"data.synthetic_examples={max(values)}")  # a batch's worth at each size
     # The tiny values win; the command's own go, so that commands that
     # differ only in them run once. A sweep's grid over a key they set (a
     # model size) keeps that key with the tiny value alone
