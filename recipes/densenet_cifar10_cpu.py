@@ -22,8 +22,10 @@ Measured on Xeon-AMX (2 cores, AVX-512 with BF16 and AMX), 2026-11-24: 91.72%
 and 91.28% (seeds 0 and 1) of 5,000 held-out CIFAR-10 training JPEGs after
 20 epochs with six test-time views (90.38% and 89.78% without); seed 1 took
 30 minutes, the first nine epochs with other work on the machine, and 66 to
-69 s of training per epoch on the quiet machine. Not yet airbench's 94%:
-docs/cpu-hour.md says what was measured and what differs.
+69 s of training per epoch on the quiet machine. 40 epochs reached 91.90%
+(seed 0, 41 minutes): the network memorizes its training images, so more
+epochs buy little. Not yet airbench's 94%: docs/cpu-hour.md says what was
+measured and what differs.
 
     make recipe NAME=densenet_cifar10_cpu ARGS="data.source=folder data.path=DATA"
 """
