@@ -154,7 +154,7 @@ graph: $(INSTALLED)
 # Two test processes: most tests use one core at a time (Python, tracing,
 # process start-up), so the second core would idle; worksteal evens out
 # the long tests.
-PYTEST = $(PY) -m pytest -q -n 2 --dist worksteal
+PYTEST = $(PY) -m pytest -q -n 2 --dist worksteal --durations=20
 test: $(INSTALLED)
 	$(PYTEST) tests
 
