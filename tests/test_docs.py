@@ -254,8 +254,9 @@ def test_each_command_run_elsewhere_is_shown_and_its_test_exists():
 
 # Per tool: its options and overrides for a few steps on a little data, after
 # the command's own. `compare` times the first of the command's modes only;
-# `compare-sizes` the first two of its default sizes (each size is the same
-# code path; test_compare.py builds every default size).
+# `compare-sizes` the first two of its sizes, shown or default (each size is
+# the same code path; test_every_shown_grid_value_resolves resolves every
+# shown size, test_compare.py builds every default size).
 TINY_OPTIONS = {
     "compare": ["steps=2", "repeats=1"],
     "compare-sizes": ["steps=2", "repeats=1"],
@@ -283,12 +284,12 @@ def tiny(argv):
     if command in ("compare", "compare-sizes"):
         modes = next((item for item in items if item.startswith("modes=")), "modes=graph")
         more.append(modes.split(",")[0])
-    if command == "compare-sizes" and not any(item.startswith("size=") for item in items):
-        key, values = _compare.SIZES[recipes.module_of(name)]
+    if command == "compare-sizes":
+        shown = [parse_grid(item[5:], "size=") for item in items if item.startswith("size=")]
+        key, values = shown[-1] if shown else _compare.SIZES[recipes.module_of(name)]
         more.append(f"size={key}={json.dumps(values[:2])}")
-    for key, values in [parse_grid(item[5:], "size=") for item in items
-                        if item.startswith("size=data.batch_size=")]:
-        more.append(f"data.synthetic_examples={max(values)}")  # a batch's worth at each size
+        if key == "data.batch_size":
+            more.append(f"data.synthetic_examples={max(values[:2])}")  # a batch at each size
     # The tiny values win; the command's own go, so that commands that
     # differ only in them run once. A sweep's grid over a key they set (a
     # model size) keeps that key with the tiny value alone
@@ -349,15 +350,18 @@ def runs():
 
 
 def test_every_shown_grid_value_resolves():
-    """Each value of a shown sweep's grid, as the sweep resolves it: `tiny`
-    runs a grid over a model size at the tiny size only."""
+    """Each value of a shown sweep's grid or compare-sizes' sizes, as they
+    resolve it: `tiny` runs a grid over a model size at the tiny size only,
+    and the first two sizes."""
     checked = 0
     for _, words in all_commands():
         if words[0] == "make" and words[1] in NOT_RECIPE_COMMANDS:
             continue
         for argv in expand(words):
             grids = [item for before, item in zip(argv, argv[1:]) if before == "--grid"]
-            for key, values in map(parse_grid, grids if argv[0] == "sweep" else []):
+            sizes = [item[5:] for item in argv if item.startswith("size=")]
+            grids = grids if argv[0] == "sweep" else sizes if argv[0] == "compare-sizes" else []
+            for key, values in map(parse_grid, grids):
                 for value in values:
                     _config.resolve(argv[1], overrides=[f"{key}={json.dumps(value)}"],
                                     announce=lambda line: None)
