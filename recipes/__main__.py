@@ -7,10 +7,12 @@ its options. Each command imports what it needs when it runs: `list` and
 `show` answer without importing TensorFlow.
 """
 
+import _thread
 import argparse
 import os
 import signal
 import sys
+import threading
 
 import recipes
 from recipes import UserError, _config, _environment, _rundir
@@ -116,8 +118,26 @@ def on_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-if __name__ == "__main__":
+def on_unraisable(unraisable):
+    """Python prints and drops an exception raised in a garbage-collector
+    callback (JAX registers one, even under TensorFlow) or a __del__: a Ctrl-C
+    that lands there is delivered again, or the run would go on as if it had
+    not been pressed."""
+    if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+        # From another thread, a moment later: called here, the handler would
+        # raise inside this hook, and Python would drop that too.
+        threading.Timer(0.01, _thread.interrupt_main).start()
+    else:
+        sys.__unraisablehook__(unraisable)
+
+
+def catch_interrupts():
     signal.signal(signal.SIGINT, on_interrupt)
+    sys.unraisablehook = on_unraisable
+
+
+if __name__ == "__main__":
+    catch_interrupts()
     try:
         status = main()
     except UserError as error:

@@ -39,3 +39,32 @@ def test_the_interrupt_note_counts_the_saved_epochs(tmp_path, monkeypatch):
     monkeypatch.setattr(_rundir, "training_in", tmp_path)
     assert _rundir.interrupt_note("X") == (
         f"interrupted: 3 finished epoch(s) are saved in {tmp_path}; run X to continue.")
+
+
+def test_a_ctrl_c_inside_a_garbage_collector_callback_still_stops_the_run():
+    """Python drops an exception raised in a gc callback; JAX registers one even
+    under TensorFlow, and a Ctrl-C that landed there once let a CI run train on."""
+    script = """
+import gc, signal, sys, time
+sys.path.insert(0, ".")
+from recipes import __main__ as cli
+cli.catch_interrupts()
+pressed = []
+def press_once(phase, info):
+    if not pressed:
+        pressed.append(True)
+        signal.raise_signal(signal.SIGINT)  # the handler raises here, inside the callback
+gc.callbacks.append(press_once)
+try:
+    gc.collect()
+    started = time.monotonic()
+    while time.monotonic() < started + 20:  # a training run, in short
+        pass
+    sys.exit(0)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 130, result.stderr[-2000:]
+    assert "Exception ignored" not in result.stderr
