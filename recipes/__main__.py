@@ -7,15 +7,12 @@ its options. Each command imports what it needs when it runs: `list` and
 `show` answer without importing TensorFlow.
 """
 
-import _thread
 import argparse
 import os
-import signal
 import sys
-import threading
 
 import recipes
-from recipes import UserError, _config, _environment, _rundir
+from recipes import UserError, _config, _environment, _interrupt, _rundir
 from recipes.tools import (Command, augment_bench, compare, curves, data_bench, graph, memory,
                            multiworker, preview, profile, soak, sweep)
 
@@ -109,35 +106,8 @@ def main(argv=None):
     return 0
 
 
-interrupted = False
-
-
-def on_interrupt(signum, frame):
-    global interrupted
-    interrupted = True
-    raise KeyboardInterrupt
-
-
-def on_unraisable(unraisable):
-    """Python prints and drops an exception raised in a garbage-collector
-    callback (JAX registers one, even under TensorFlow) or a __del__: a Ctrl-C
-    that lands there is delivered again, or the run would go on as if it had
-    not been pressed."""
-    if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
-        # From another thread, a moment later: called here, the handler would
-        # raise inside this hook, and Python would drop that too.
-        threading.Timer(0.01, _thread.interrupt_main).start()
-    else:
-        sys.__unraisablehook__(unraisable)
-
-
-def catch_interrupts():
-    signal.signal(signal.SIGINT, on_interrupt)
-    sys.unraisablehook = on_unraisable
-
-
 if __name__ == "__main__":
-    catch_interrupts()
+    _interrupt.install()
     try:
         status = main()
     except UserError as error:
@@ -162,7 +132,7 @@ if __name__ == "__main__":
             sys.exit(2)
         # Ctrl-C can land inside library code (a checkpoint being written,
         # say) that turns it into another exception: it is still Ctrl-C.
-        if not interrupted:
+        if not _interrupt.pressed:
             raise
         status = 130
     except KeyboardInterrupt:

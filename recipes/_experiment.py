@@ -16,7 +16,7 @@ import numpy as np
 from callbacks import (Diagnostics, DivergenceStop, EpochSeeds, ExecutionModeCheck, GraphWriter,
                        RunEstimate, execution_mode)
 from models import AugmentedModel, network_of
-from recipes import UserError, _environment, _rundir
+from recipes import UserError, _environment, _interrupt, _rundir
 
 
 def prepare(config):
@@ -306,11 +306,23 @@ def fit_verbose(config):
     return verbose
 
 
+class StopAfterInterrupt(keras.callbacks.Callback):
+    """Raises KeyboardInterrupt at the first batch end after Ctrl-C, in case
+    library code swallowed the one the signal raised (recipes/_interrupt.py)."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        if _interrupt.pressed:
+            raise KeyboardInterrupt
+
+    on_test_batch_end = on_predict_batch_end = on_train_batch_end
+
+
 def standard_callbacks(config, run_dir, data):
     """Returns the callbacks every recipe trains with, as `config` asks:
-    ExecutionModeCheck, EpochSeeds, DivergenceStop, CSVLogger, GraphWriter, TensorBoard,
-    Diagnostics, ModelCheckpoint, and BackupAndRestore last. A worker that is
-    not the chief gets only those that write nothing shared.
+    StopAfterInterrupt, ExecutionModeCheck, EpochSeeds, DivergenceStop,
+    CSVLogger, GraphWriter, TensorBoard, Diagnostics, ModelCheckpoint, and
+    BackupAndRestore last. A worker that is not the chief gets only those that
+    write nothing shared.
 
     Put a `Timing` callback before these, so the TensorBoard and CSV logs
     record its numbers. `data` gives Diagnostics its first training batch
@@ -321,6 +333,7 @@ def standard_callbacks(config, run_dir, data):
     on_device = data is not None and data.augment_on == "device"
     device_augmentation = data.augment.layers if on_device else []
     callbacks = [
+        StopAfterInterrupt(),
         ExecutionModeCheck(config["execution"]["mode"]),
         # Dropout masks and device augmentation from (seed, epoch): a resumed
         # epoch draws what it would have drawn without the interruption.
