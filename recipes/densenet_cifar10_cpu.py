@@ -40,7 +40,9 @@ from recipes._experiment import Experiment
 
 # Keys of configs/densenet_cifar10_cpu.yaml with a few allowed values. Read
 # without importing this module (recipes/_config.py), so it stays a literal.
-CONFIG_SCHEMA = {"model.test_time_views": [1, 2, 6], "train.schedule": ["triangle"]}
+CONFIG_SCHEMA = {"model.test_time_views": [1, 2, 6],
+                 "model.test_time_average": ["probabilities", "logits"],
+                 "train.schedule": ["triangle"]}
 
 
 def build(config):
@@ -163,22 +165,30 @@ def run(config):
 
     # ## Evaluation
     # The mean prediction over 1, 2 (mirror) or 6 views (mirror x three
-    # shifts): model.test_time_views is the one reported; the line printed
-    # gives all three, to show what the views buy.
-    accuracy = {views: _evaluate(experiment, views) for views in (1, 2, 6)}
+    # shifts), of probabilities or of logits (model.test_time_average):
+    # model.test_time_views is the one reported; the line printed gives all
+    # three, and six views with the other average, to show what each buys.
+    average = config["model"]["test_time_average"]
+    other = {"probabilities": "logits", "logits": "probabilities"}[average]
+    accuracy = {views: _evaluate(experiment, views, average) for views in (1, 2, 6)}
+    six_other = _evaluate(experiment, 6, other)
     print("test-time views: " + ", ".join(f"{views} {m['accuracy']:.4f}"
-                                          for views, m in accuracy.items()), flush=True)
+                                          for views, m in accuracy.items())
+          + f" ({average} averaged); 6 with {other} averaged {six_other['accuracy']:.4f}",
+          flush=True)
     return experiment.finish(accuracy[config["model"]["test_time_views"]], timing)
 
 
-def _evaluate(experiment, views):
-    """`evaluate`'s metrics on the test split, averaging `views` views of each image."""
+def _evaluate(experiment, views, average):
+    """`evaluate`'s metrics on the test split, averaging `views` views of each
+    image (their probabilities, or their logits)."""
     model, config = experiment.model, experiment.config
     evaluated = model
     if views > 1:
         mode = config["execution"]["mode"]
         with experiment.strategy.scope():
-            evaluated = models.flip_averaged(models.network_of(model), translate=views == 6)
+            evaluated = models.flip_averaged(models.network_of(model), translate=views == 6,
+                                             average=average)
             evaluated.compile(loss=model.loss, metrics=["accuracy"],
                               run_eagerly=mode == "eager", jit_compile=mode == "xla")
     return evaluated.evaluate(experiment.data.test, return_dict=True, verbose=0)

@@ -105,19 +105,28 @@ def _probe(size):
     return keras.Model(images, keras.layers.Softmax()(picked))
 
 
-def test_six_views_weight_the_mirror_pairs_half_and_quarters():
+def _softmax(logits):
+    exp = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("average", ["probabilities", "logits"])
+def test_six_views_weight_the_mirror_pairs_half_and_quarters(average):
     network = _probe(6)
     images = np.random.default_rng(0).random((3, 6, 6, 3)).astype("float32")
-    predict = lambda batch: np.asarray(network(batch))
-    pair = lambda batch: (predict(batch) + predict(batch[:, :, ::-1])) / 2
+    # The probe's logits are its pixels: airbench averages those, then softmaxes.
+    view = ((lambda batch: np.asarray(network(batch))) if average == "probabilities"
+            else lambda batch: batch[:, :2, 0, 0])
+    pair = lambda batch: (view(batch) + view(batch[:, :, ::-1])) / 2
     padded = np.pad(images, [(0, 0), (1, 1), (1, 1), (0, 0)], mode="reflect")
     expected = 0.5 * pair(images) + 0.25 * pair(padded[:, :6, :6]) + 0.25 * pair(padded[:, 2:, 2:])
-    np.testing.assert_allclose(models.flip_averaged(network, translate=True).predict(images, verbose=0),
-                               expected, rtol=1e-5)
+    if average == "logits":
+        expected = _softmax(expected)
+    six_views = models.flip_averaged(network, translate=True, average=average)
+    np.testing.assert_allclose(six_views.predict(images, verbose=0), expected, rtol=1e-5)
     # An image that every view leaves unchanged is predicted as without views.
     flat = np.ones((2, 6, 6, 3), "float32") * [[[[0.2, 0.5, 0.9]]]]
-    np.testing.assert_allclose(models.flip_averaged(network, translate=True).predict(flat, verbose=0),
-                               predict(flat), rtol=1e-6)
+    np.testing.assert_allclose(six_views.predict(flat, verbose=0), network(flat), rtol=1e-5)
 
 
 @pytest.mark.parametrize("engine", ["keras", "keras_cv"])
@@ -140,6 +149,7 @@ def test_recipe_trains_saves_and_reloads(tiny_config, tmp_path, capsys):
     # The reported accuracy is the six views' (the YAML's), printed beside one and two views'.
     views = capsys.readouterr().out.split("test-time views: ")[1].splitlines()[0]
     assert views.startswith("1 ") and f"6 {metrics['test']['accuracy']:.4f}" in views
+    assert "(probabilities averaged); 6 with logits averaged 0." in views
     assert json.loads((run_dir / "metrics.json").read_text())["test"] == metrics["test"]
     best = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
     assert best.get_layer("whitening").kernel.shape == (2, 2, 3, 24)
