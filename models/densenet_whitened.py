@@ -47,7 +47,7 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
                       growth_rates=(64, 192, 192), layers_per_block=1, normalization=None,
                       batch_norm_momentum=0.6, weight_decay=0.0, beta_weight_decay=0.0,
                       activation="gelu", head_scale=1 / 9, whitening=True, identity_init=True,
-                      fused_batch_norm=True, name="densenet_whitened"):
+                      fused_batch_norm=True, dense_connections=True, name="densenet_whitened"):
     """Builds the network.
 
     Args:
@@ -75,6 +75,11 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
         fused_batch_norm: `FusedBatchNormalization` (one TensorFlow kernel
             per batch norm in training) rather than Keras' layer; the same
             arithmetic.
+        dense_connections: False makes each layer's output replace its
+            input instead of joining it: with `widths` equal to
+            `growth_rates` and one layer per block, that is airbench94's own
+            network (64, 256, 256), a control to measure the dense
+            connections against; not a DenseNet.
         name: the model's name.
 
     Returns:
@@ -101,7 +106,7 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
             prefix = f"block{block}_layer{index}"
             y = _conv(growth, weight_decay, identity_init, f"{prefix}_conv")(x)
             y = _bn_act(y, name=prefix, **bn_args)
-            x = layers.Concatenate(name=f"{prefix}_concat")([x, y])
+            x = layers.Concatenate(name=f"{prefix}_concat")([x, y]) if dense_connections else y
     x = layers.GlobalMaxPooling2D(name="pool")(x)
     logits = layers.Dense(num_classes, use_bias=False, name="logits",
                           kernel_regularizer=keras.regularizers.L2(weight_decay / 2)

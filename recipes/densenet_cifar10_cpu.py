@@ -97,6 +97,7 @@ def build_model(model_config, train_config, data):
         whitening_images=keras.ops.convert_to_numpy(normalization(sample)),
         widths=model_config["widths"], growth_rates=model_config["growth_rates"],
         layers_per_block=model_config["layers_per_block"],
+        dense_connections=model_config["dense_connections"],
         normalization=normalization,
         whitening=model_config["whitening"], identity_init=model_config["identity_init"],
         batch_norm_momentum=model_config["batch_norm_momentum"],

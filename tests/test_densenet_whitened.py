@@ -168,6 +168,10 @@ def test_the_ablation_switches_change_what_they_name():
     assert not np.array_equal(plain.get_layer("block2_conv").kernel.numpy()[1, 1, :8, :8], np.eye(8))
     # Every layer of a block reads the block's input and every earlier layer's output.
     assert whitened.get_layer("block1_layer1_concat").output.shape[-1] == 8 + 4
+    # Without dense connections the layer's output is all the next block reads: airbench's network.
+    chain = build(dense_connections=False)
+    assert not any("concat" in layer.name for layer in chain.layers)
+    assert chain.get_layer("block2_conv").input.shape[-1] == 4
 
 
 def test_extending_a_run_on_the_triangle_is_refused(tiny_config, tmp_path):
