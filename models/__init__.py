@@ -18,7 +18,7 @@ from models.mnist_cnn import mnist_cnn
 from models.schedules import PiecewiseLinear
 from models.rnn import PythonLoopLSTM, row_lstm
 from models.simple_cnn import simple_cnn
-from models.test_time import flip_averaged
+from models.test_time import average_views, flip_averaged, test_time_views, view_metrics
 from models.whitening import PatchWhitening
 
 if importlib.util.find_spec("tensorflow") is not None:
@@ -26,5 +26,5 @@ if importlib.util.find_spec("tensorflow") is not None:
 
 __all__ = ["AugmentedModel", "EntryUnit", "FusedBatchNormalization", "PartialIdentity", "PatchWhitening", "PiecewiseLinear",
            "PythonLoopLSTM", "ReversibleStage", "densenet", "densenet_variant", "densenet_whitened",
-           "flip_averaged", "mlp", "mnist_cnn", "network_of", "revnet", "revnet_variant", "row_lstm",
-           "simple_cnn"]
+           "average_views", "flip_averaged", "mlp", "mnist_cnn", "network_of", "revnet", "revnet_variant", "row_lstm",
+           "simple_cnn", "test_time_views", "view_metrics"]

@@ -171,25 +171,25 @@ def run(config):
     # three, and six views with the other average, to show what each buys.
     average = config["model"]["test_time_average"]
     other = {"probabilities": "logits", "logits": "probabilities"}[average]
-    accuracy = {views: _evaluate(experiment, views, average) for views in (1, 2, 6)}
-    six_other = _evaluate(experiment, 6, other)
-    print("test-time views: " + ", ".join(f"{views} {m['accuracy']:.4f}"
-                                          for views, m in accuracy.items())
-          + f" ({average} averaged); 6 with {other} averaged {six_other['accuracy']:.4f}",
-          flush=True)
-    return experiment.finish(accuracy[config["model"]["test_time_views"]], timing)
+    metrics = _evaluate_views(experiment, [(1, average), (2, average), (6, average), (6, other)])
+    print("test-time views: " + ", ".join(f"{views} {metrics[views, average]['accuracy']:.4f}"
+                                          for views in (1, 2, 6))
+          + f" ({average} averaged); 6 with {other} averaged "
+          + f"{metrics[6, other]['accuracy']:.4f}", flush=True)
+    return experiment.finish(metrics[config["model"]["test_time_views"], average], timing)
 
 
-def _evaluate(experiment, views, average):
-    """`evaluate`'s metrics on the test split, averaging `views` views of each
-    image (their probabilities, or their logits)."""
-    model, config = experiment.model, experiment.config
-    evaluated = model
-    if views > 1:
-        mode = config["execution"]["mode"]
-        with experiment.strategy.scope():
-            evaluated = models.flip_averaged(models.network_of(model), translate=views == 6,
-                                             average=average)
-            evaluated.compile(loss=model.loss, metrics=["accuracy"],
-                              run_eagerly=mode == "eager", jit_compile=mode == "xla")
-    return evaluated.evaluate(experiment.data.test, return_dict=True, verbose=0)
+def _evaluate_views(experiment, wanted):
+    """{(views, average): `evaluate`'s metrics on the test split} for each
+    pair in `wanted`, from one prediction of the six views of each image."""
+    model, mode = experiment.model, experiment.config["execution"]["mode"]
+    network = models.network_of(model)
+    with experiment.strategy.scope():
+        every_view = models.test_time_views(network, translate=True)
+        every_view.compile(run_eagerly=mode == "eager", jit_compile=mode == "xla")
+    predictions = every_view.predict(experiment.data.test, verbose=0)
+    labels = np.concatenate([np.asarray(labels) for _, labels in experiment.data.test])
+    regularization = sum(float(loss) for loss in network.losses)
+    return {(views, average): models.view_metrics(predictions, labels, views, average,
+                                                  model.loss, regularization)
+            for views, average in wanted}

@@ -129,6 +129,31 @@ def test_six_views_weight_the_mirror_pairs_half_and_quarters(average):
     np.testing.assert_allclose(six_views.predict(flat, verbose=0), network(flat), rtol=1e-5)
 
 
+def test_one_pass_over_the_views_reports_what_evaluate_reports():
+    """The recipe's metrics for 1, 2 and 6 views, both averages, from one
+    prediction of every view: `evaluate`'s on each averaged model, its
+    weight decay penalty included, over batches that do not divide the data."""
+    rng = np.random.default_rng(0)
+    images = rng.random((20, 16, 16, 3)).astype("float32")
+    labels = np.eye(10, dtype="float32")[rng.integers(0, 10, 20)]
+    network = models.densenet_whitened((16, 16, 3), 10, images, widths=(8, 8, 8),
+                                       growth_rates=(4, 4, 4), weight_decay=0.1)
+    loss = keras.losses.CategoricalCrossentropy(label_smoothing=0.2)
+    batches = [(images[i:i + 8], labels[i:i + 8]) for i in range(0, 20, 8)]
+    predictions = np.concatenate([models.test_time_views(network, translate=True)(x)
+                                  for x, _ in batches])
+    regularization = sum(float(penalty) for penalty in network.losses)
+    assert regularization > 0
+    for views in (1, 2, 6):
+        for average in ("probabilities", "logits"):
+            averaged = (network if views == 1 else
+                        models.flip_averaged(network, translate=views == 6, average=average))
+            averaged.compile(loss=loss, metrics=["accuracy"])
+            expected = averaged.evaluate(images, labels, batch_size=8, return_dict=True, verbose=0)
+            measured = models.view_metrics(predictions, labels, views, average, loss, regularization)
+            assert measured == pytest.approx(expected, rel=1e-5), (views, average)
+
+
 @pytest.mark.parametrize("engine", ["keras", "keras_cv"])
 def test_reflected_pad_crop_brings_in_no_black(engine):
     images = np.random.default_rng(0).uniform(0.5, 1.0, (16, 8, 8, 3)).astype("float32")
