@@ -183,8 +183,10 @@ class Experiment:
             run_dir = run_dir / "workers" / f"worker-{_rundir.worker_task()[0]}"
         # BackupAndRestore resumes after the epochs its backup holds: the data
         # goes on from there too, with the batches an uninterrupted run sees.
+        # (A new pipeline traces its augmentation again: only when resuming.)
         finished_epochs = _rundir.check_backup(run_dir)
-        self.data.train = self.data.train_from(finished_epochs * self.data.steps_per_epoch)
+        if finished_epochs:
+            self.data.train = self.data.train_from(finished_epochs * self.data.steps_per_epoch)
         self.run_dir = _rundir.create(run_dir, self.config)
         return self.run_dir
 
