@@ -35,6 +35,8 @@ TINY = [
     # TensorFlow started with the test process: oneDNN's setting is whatever
     # it started with (the command line sets it; tests/test_environment.py).
     "execution.onednn=null",
+    # The default seed, stated: a command shown once per seed runs once in tests/test_docs.py.
+    "execution.seed=0",
 ]
 
 
