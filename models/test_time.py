@@ -42,8 +42,8 @@ def average_views(predictions, count, average="probabilities"):
     weights = ops.reshape(ops.convert_to_tensor(VIEW_WEIGHTS[count], "float32"), (1, count, 1))
     chosen = predictions[:, :count]
     if average == "logits":
-        return ops.softmax(ops.sum(weights * ops.log(chosen), axis=1))
-    return ops.sum(weights * chosen, axis=1)
+        return ops.softmax(ops.sum(ops.multiply(weights, ops.log(chosen)), axis=1))
+    return ops.sum(ops.multiply(weights, chosen), axis=1)
 
 
 def flip_averaged(network, translate=False, average="probabilities"):
