@@ -10,6 +10,7 @@ import importlib.util
 
 from models.augmented import AugmentedModel, network_of
 from models.batch_norm import FusedBatchNormalization
+from models.fused_activation import FusedActivation
 from models.densenet import densenet, densenet_variant
 from models.densenet_whitened import densenet_whitened
 from models.initializers import PartialIdentity
@@ -24,7 +25,7 @@ from models.whitening import PatchWhitening
 if importlib.util.find_spec("tensorflow") is not None:
     from models.revnet import EntryUnit, ReversibleStage, revnet, revnet_variant
 
-__all__ = ["AugmentedModel", "EntryUnit", "FusedBatchNormalization", "PartialIdentity", "PatchWhitening", "PiecewiseLinear",
+__all__ = ["AugmentedModel", "EntryUnit", "FusedActivation", "FusedBatchNormalization", "PartialIdentity", "PatchWhitening", "PiecewiseLinear",
            "PythonLoopLSTM", "ReversibleStage", "densenet", "densenet_variant", "densenet_whitened",
            "average_views", "flip_averaged", "mlp", "mnist_cnn", "network_of", "revnet", "revnet_variant", "row_lstm",
            "simple_cnn", "test_time_views", "view_metrics"]

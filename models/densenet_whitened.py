@@ -20,6 +20,7 @@ import keras
 from keras import layers
 
 from models.batch_norm import FusedBatchNormalization
+from models.fused_activation import FusedActivation
 from models.initializers import PartialIdentity
 from models.whitening import PatchWhitening
 
@@ -33,21 +34,26 @@ def _conv(filters, weight_decay, identity_init, name):
                          if weight_decay else None, name=name)
 
 
-def _bn_act(x, momentum, beta_weight_decay, activation, fused, name):
+def _activation(activation, fused, name):
+    return (FusedActivation if fused else layers.Activation)(activation, name=name)
+
+
+def _bn_act(x, momentum, beta_weight_decay, activation, fused, fused_activation, name):
     # Without a scale (airbench's frozen weight of 1): the next convolution scales.
     batch_norm = FusedBatchNormalization if fused else layers.BatchNormalization
     x = batch_norm(
         momentum=momentum, epsilon=1e-5, scale=False, name=f"{name}_bn",
         beta_regularizer=keras.regularizers.L2(beta_weight_decay / 2)
         if beta_weight_decay else None)(x)
-    return layers.Activation(activation, name=f"{name}_{activation}")(x)
+    return _activation(activation, fused_activation, f"{name}_{activation}")(x)
 
 
 def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 192, 192),
                       growth_rates=(64, 192, 192), layers_per_block=1, normalization=None,
                       batch_norm_momentum=0.6, weight_decay=0.0, beta_weight_decay=0.0,
                       activation="gelu", head_scale=1 / 9, whitening=True, identity_init=True,
-                      fused_batch_norm=True, dense_connections=True, name="densenet_whitened"):
+                      fused_batch_norm=True, fused_activation=True, dense_connections=True,
+                      name="densenet_whitened"):
     """Builds the network.
 
     Args:
@@ -75,6 +81,9 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
         fused_batch_norm: `FusedBatchNormalization` (one TensorFlow kernel
             per batch norm in training) rather than Keras' layer; the same
             arithmetic.
+        fused_activation: `FusedActivation` (XLA fuses each activation's
+            element-wise ops on TensorFlow) rather than Keras' layer; the
+            same arithmetic.
         dense_connections: False makes each layer's output replace its
             input instead of joining it: with `widths` equal to
             `growth_rates` and one layer per block, that is airbench94's own
@@ -95,9 +104,10 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
         first.adapt(whitening_images)
     else:
         first = layers.Conv2D(2 * 2 * 2 * input_shape[-1], 2, name="whitening")
-    x = layers.Activation(activation, name=f"whitening_{activation}")(first(x))
+    x = _activation(activation, fused_activation, f"whitening_{activation}")(first(x))
     bn_args = dict(momentum=batch_norm_momentum, beta_weight_decay=beta_weight_decay,
-                   activation=activation, fused=fused_batch_norm)
+                   activation=activation, fused=fused_batch_norm,
+                   fused_activation=fused_activation)
     for block, (width, growth) in enumerate(zip(widths, growth_rates), start=1):
         x = _conv(width, weight_decay, identity_init, f"block{block}_conv")(x)
         x = layers.MaxPooling2D(2, name=f"block{block}_pool")(x)

@@ -102,6 +102,7 @@ def build_model(model_config, train_config, data):
         whitening=model_config["whitening"], identity_init=model_config["identity_init"],
         batch_norm_momentum=model_config["batch_norm_momentum"],
         fused_batch_norm=model_config["fused_batch_norm"],
+        fused_activation=model_config["fused_activation"],
         weight_decay=model_config["weight_decay"],
         # The offsets train at bias_lr_scale x the rate: the same decay per step.
         beta_weight_decay=model_config["weight_decay"] / train_config["bias_lr_scale"],
