@@ -20,9 +20,19 @@ def on_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def caused_by_interrupt(error):
+    """Whether `error` is a KeyboardInterrupt, or was raised while handling
+    one (library code that turns it into another exception)."""
+    while error is not None:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        error = error.__context__
+    return False
+
+
 def on_unraisable(unraisable):
     # A dropped Ctrl-C is raised again at the next batch: no need to print it.
-    if unraisable.exc_type is None or not issubclass(unraisable.exc_type, KeyboardInterrupt):
+    if not caused_by_interrupt(unraisable.exc_value):
         sys.__unraisablehook__(unraisable)
 
 

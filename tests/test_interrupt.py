@@ -89,3 +89,24 @@ def test_one_ctrl_c_stops_training_even_when_library_code_swallows_it(how, monke
     assert _interrupt.pressed
     assert swallower.batches == [0, 1, 2]  # stopped at the end of the batch it was pressed in
     assert "Exception ignored" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("while_interrupted", [True, False])
+def test_only_what_ctrl_c_caused_goes_unprinted(while_interrupted, monkeypatch, capsys):
+    """Library code can turn a Ctrl-C into another exception (TensorFlow's
+    nest did, in a CI run, and printed its traceback); others still print."""
+    monkeypatch.setattr(sys, "unraisablehook", _interrupt.on_unraisable)
+
+    def raises(phase, info):
+        if phase != "start":
+            return
+        try:
+            raise KeyboardInterrupt if while_interrupted else OSError("not Ctrl-C")
+        except BaseException:
+            raise ValueError("the two structures differ")
+    gc.callbacks.append(raises)
+    try:
+        gc.collect()
+    finally:
+        gc.callbacks.remove(raises)
+    assert ("Exception ignored" in capsys.readouterr().err) is not while_interrupted
