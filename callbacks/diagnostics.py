@@ -8,8 +8,6 @@ from pathlib import Path
 
 import keras
 
-from models.augmented import network_of
-
 
 class Diagnostics(keras.callbacks.Callback):
     """Writes, after each epoch, what a network does with one fixed training
@@ -50,7 +48,7 @@ class Diagnostics(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         import tensorflow as tf
 
-        network = network_of(self.model)
+        network = getattr(self.model, "network", self.model)
         # Every layer's output; the last layer's is the network's prediction.
         self._layers = [layer for layer in network.layers
                         if not isinstance(layer, keras.layers.InputLayer)]
@@ -63,7 +61,7 @@ class Diagnostics(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         import tensorflow as tf
 
-        network = network_of(self.model)
+        network = getattr(self.model, "network", self.model)
         state = [variable.numpy() for variable in network.non_trainable_variables]
         with tf.GradientTape() as tape:
             outputs = self._probe(self.images, training=True)

@@ -17,8 +17,9 @@ class EpochSeeds(keras.callbacks.Callback):
     Args:
         seed: the run's seed (`execution.seed`).
         layers: more layers whose generators to set, besides the model's
-            own: augmentation layers that the training step calls but the
-            model does not track.
+            own and those it lists as `augmentation_layers`
+            (`recipes.data.AugmentedModel`): augmentation layers that the
+            training step calls but the model does not track.
 
     Example:
 
@@ -42,7 +43,9 @@ class EpochSeeds(keras.callbacks.Callback):
     def _seed_states(self):
         """The seed generators' state variables, each once, in a fixed order."""
         found = {}
-        for owner in [self.model, *self.layers]:
+        # A model that augments in its training step names the layers it draws with.
+        augmenting = getattr(self.model, "augmentation_layers", [])
+        for owner in [self.model, *self.layers, *augmenting]:
             for variable in owner.variables:
                 if variable.name == "seed_generator_state":
                     found.setdefault(id(variable), variable)

@@ -4,25 +4,7 @@ import sys
 
 import keras
 
-from models.augmented import AugmentedModel
-
-MODES = ("eager", "graph", "xla")
-
-
-def execution_mode(model):
-    """Returns the mode a compiled `model` trains, evaluates and predicts in:
-    eager, graph or xla.
-
-    An `AugmentedModel` compiles its network's steps apart from the functions
-    of `fit`, `evaluate` and `predict`, and says so in `step_jit_compile`.
-    On JAX a step that is not jit-compiled runs op by op: eager.
-    """
-    if model.run_eagerly:
-        return "eager"
-    compiled = model.step_jit_compile if isinstance(model, AugmentedModel) else model.jit_compile
-    if compiled:
-        return "xla"
-    return "eager" if keras.backend.backend() == "jax" else "graph"
+from callbacks.timing import MODES, execution_mode
 
 
 class ExecutionModeCheck(keras.callbacks.Callback):

@@ -7,6 +7,25 @@ import time
 import keras
 import numpy as np
 
+MODES = ("eager", "graph", "xla")
+
+
+def execution_mode(model):
+    """Returns the mode a compiled `model` trains, evaluates and predicts in:
+    eager, graph or xla.
+
+    A model that compiles its network's steps apart from the functions of
+    `fit`, `evaluate` and `predict` (`recipes.data.AugmentedModel`) says so in
+    `step_jit_compile`. On JAX a step that is not jit-compiled runs op by op:
+    eager.
+    """
+    if model.run_eagerly:
+        return "eager"
+    if getattr(model, "step_jit_compile", model.jit_compile):
+        return "xla"
+    return "eager" if keras.backend.backend() == "jax" else "graph"
+
+
 # Keys this callback adds to the epoch logs, so that TensorBoard, the CSV
 # history and `History` record them next to the losses.
 EPOCH_KEYS = ("time_epoch_s", "time_step_ms", "time_images_per_s",
@@ -29,6 +48,10 @@ class Timing(keras.callbacks.Callback):
     function takes exactly one batch, and only on TensorFlow: Keras' JAX
     trainer fetches two batches ahead of the step, so the stamp does not
     mark when the step waits.
+
+    When training ends, it prints the timing line (unless `fit` ran with
+    `verbose=0`): the execution mode, the median step, images/s and the
+    first step's trace time.
 
     Args:
         batch_size: examples per training step, for images/s.
@@ -121,6 +144,17 @@ class Timing(keras.callbacks.Callback):
             if self._measures_wait():
                 stats["time_input_wait_fraction"] = epoch_waited / epoch_train_s
         logs.update(stats)
+
+    def on_train_end(self, logs=None):
+        # Quiet with fit(verbose=0), like Keras' own output.
+        if self.params.get("verbose") and self.step_s:
+            print(self.line(), flush=True)
+
+    def line(self):
+        """The timing line: the mode the step ran in, its median time, images/s and the trace."""
+        t = self.summary()
+        return (f"timing: mode {execution_mode(self.model)}, {t['step_ms_median']:.1f} ms/step, "
+                f"{t['images_per_s']:,.0f} images/s, trace {t['trace_s']:.2f} s")
 
     def summary(self, warmup_steps=0):
         """Returns the whole run's timing as a dict of plain numbers.

@@ -14,15 +14,18 @@ fitted to the data) and GELU; convolutions without bias, initialized as
 identities (`PartialIdentity`); batch norm without scale; a global max pool,
 then a bias-free linear classifier whose logits are scaled by 1/9 before the
 softmax.
+
+This file holds every piece of it that Keras lacks, so that a recipe copied
+out of the repository takes one model file: `PatchWhitening`,
+`PartialIdentity`, `FusedBatchNormalization`, `FusedActivation`, and the
+six-view test-time augmentation (`test_time_views`, `view_metrics`).
 """
 
-import keras
-from keras import layers
+import functools
 
-from models.batch_norm import FusedBatchNormalization
-from models.fused_activation import FusedActivation
-from models.initializers import PartialIdentity
-from models.whitening import PatchWhitening
+import keras
+import numpy as np
+from keras import layers, ops
 
 
 def _conv(filters, weight_decay, identity_init, name):
@@ -125,3 +128,259 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
     # float32 softmax: see models/mlp.py.
     outputs = layers.Activation("softmax", dtype="float32", name="predictions")(logits)
     return keras.Model(inputs, outputs, name=name)
+
+
+# ## The first layer: whitened patches
+
+@keras.saving.register_keras_serializable(package="models")
+class PatchWhitening(keras.layers.Layer):
+    """A `size`x`size` convolution whose filters whiten the image's patches.
+
+    `adapt(images)` computes the second moments of every `size`x`size` patch
+    of normalized images (their covariance about zero; 12 numbers per patch
+    of a 2x2 RGB image, so a 12x12 matrix), and sets the
+    filters to its eigenvectors, each divided by the square root of its
+    eigenvalue: on those patches, the filters' outputs are uncorrelated and
+    of unit variance. Each filter comes twice, as `v` and `-v`, so that a
+    following ReLU or GELU keeps both signs. The filters are then frozen (a
+    non-trainable weight, saved with the model); the bias trains. This is
+    cifar10-airbench's first layer (KellerJordan/cifar10-airbench,
+    `init_whitening_conv`): the network starts from decorrelated inputs.
+
+    Keras has no layer for it; `adapt` follows `keras.layers.Normalization`'s.
+
+    Args:
+        size: the patch (and kernel) size; the convolution is "valid", so
+            the output is `size - 1` pixels smaller.
+        epsilon: added to each eigenvalue, so that the near-zero ones do not
+            blow up their filters.
+
+    Example:
+
+    ```python
+    whitening = PatchWhitening(size=2)
+    whitening.adapt(images[:5000])          # (n, 32, 32, 3), normalized
+    features = whitening(images)            # (n, 31, 31, 24)
+    ```
+    """
+
+    def __init__(self, size=2, epsilon=5e-4, **kwargs):
+        super().__init__(**kwargs)
+        self.size, self.epsilon = size, epsilon
+
+    def build(self, input_shape):
+        patch = self.size * self.size * input_shape[-1]
+        self.kernel = self.add_weight(shape=(self.size, self.size, input_shape[-1], 2 * patch),
+                                      initializer="zeros", trainable=False, name="kernel")
+        self.bias = self.add_weight(shape=(2 * patch,), initializer="zeros", name="bias")
+
+    def adapt(self, images):
+        """Sets the filters from `images`, an array (n, height, width, channels)."""
+        images = np.asarray(images, dtype=np.float64)
+        if not self.built:
+            self.build(images.shape)
+        self.kernel.assign(whitening_filters(images, self.size, self.epsilon))
+
+    def call(self, images):
+        kernel = ops.cast(self.kernel, self.compute_dtype)
+        return ops.conv(images, kernel, padding="valid") + ops.cast(self.bias, self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        trim = self.size - 1
+        height, width = (None if s is None else s - trim for s in input_shape[1:3])
+        return (input_shape[0], height, width, 2 * self.size * self.size * input_shape[-1])
+
+    def get_config(self):
+        return {**super().get_config(), "size": self.size, "epsilon": self.epsilon}
+
+
+def whitening_filters(images, size, epsilon):
+    """The (size, size, channels, 2 * size * size * channels) kernel of
+    `PatchWhitening` for `images`: the patch second moments' eigenvectors over
+    the square roots of their eigenvalues, largest first, then negated."""
+    channels = images.shape[-1]
+    windows = np.lib.stride_tricks.sliding_window_view(images, (size, size), axis=(1, 2))
+    # (n, h', w', channels, size, size) -> one row per patch, in the kernel's (h, w, c) order.
+    patches = windows.transpose(0, 1, 2, 4, 5, 3).reshape(-1, size * size * channels)
+    moments = patches.T @ patches / len(patches)
+    eigenvalues, eigenvectors = np.linalg.eigh(moments)  # ascending
+    filters = (eigenvectors / np.sqrt(eigenvalues + epsilon))[:, ::-1]
+    kernel = np.concatenate([filters, -filters], axis=1)
+    return kernel.reshape(size, size, channels, -1).astype(np.float32)
+
+
+# ## Identity-initialized convolutions
+
+@keras.saving.register_keras_serializable(package="models")
+class PartialIdentity(keras.initializers.Initializer):
+    """A convolution kernel whose first `min(in, out)` filters pass their
+    input channel through unchanged; the other filters are drawn as Torch's
+    default: uniform in +-1/sqrt(fan_in).
+
+    The identity filters make each convolution start as an implicit residual
+    connection: at initialization the layer forwards its input, and training
+    learns what to add. cifar10-airbench does this to every convolution
+    (`torch.nn.init.dirac_` on the first `in` filters). Keras has the
+    `Identity` initializer for 2-D matrices only.
+
+    Args:
+        seed: seeds the non-identity filters.
+
+    Example:
+
+    ```python
+    keras.layers.Conv2D(64, 3, padding="same", kernel_initializer=PartialIdentity(seed=1))
+    ```
+    """
+
+    def __init__(self, seed=None):
+        self.seed = seed
+
+    def __call__(self, shape, dtype=None):
+        height, width, channels_in, channels_out = shape
+        limit = (height * width * channels_in) ** -0.5
+        kernel = keras.random.uniform(shape, -limit, limit, dtype=dtype, seed=self.seed)
+        identity = min(channels_in, channels_out)
+        # 1 at the centre tap from channel i to filter i, for i < identity; 0 elsewhere in those filters.
+        centre = ops.reshape(ops.one_hot(height // 2 * width + width // 2, height * width,
+                                         dtype=dtype), (height, width, 1, 1))
+        dirac = centre * ops.eye(channels_in, identity, dtype=dtype)[None, None]
+        keep = ops.concatenate([ops.zeros((identity,), dtype=dtype),
+                                ops.ones((channels_out - identity,), dtype=dtype)])
+        return ops.pad(dirac, [(0, 0), (0, 0), (0, 0), (0, channels_out - identity)]) + kernel * keep
+
+    def get_config(self):
+        return {"seed": self.seed}
+
+
+# ## Batch norm in one TensorFlow kernel
+
+@keras.saving.register_keras_serializable(package="models")
+class FusedBatchNormalization(keras.layers.BatchNormalization):
+    """`keras.layers.BatchNormalization` whose training step is TensorFlow's
+    fused kernel.
+
+    On TensorFlow, Keras 3.15's layer casts bfloat16 activations to float32,
+    takes the batch's mean and variance as separate reductions and normalizes
+    with element-wise ops, each a pass over the activations, forward and
+    backward. `tf.compat.v1.nn.fused_batch_norm` does the statistics and the
+    normalization in one kernel (oneDNN's on a CPU), reading bfloat16 as it
+    is, and its gradient is one kernel too. The moving statistics are
+    updated as Keras updates them (the biased batch variance). Inference, other
+    backends, masks and renormalization are Keras' own code path.
+
+    Keras has no fused option since Keras 3 (tf.keras 2's `fused=True`).
+    """
+
+    def call(self, inputs, training=None, mask=None):
+        fusable = (keras.backend.backend() == "tensorflow" and training and self.trainable
+                   and mask is None and not self.renorm and len(inputs.shape) == 4
+                   and self.axis in (-1, 3))
+        if not fusable:
+            return super().call(inputs, training=training, mask=mask)
+        import tensorflow as tf
+
+        channels = inputs.shape[-1]
+        scale = tf.cast(self.gamma, "float32") if self.scale else tf.ones([channels])
+        offset = tf.cast(self.beta, "float32") if self.center else tf.zeros([channels])
+        outputs, mean, variance = tf.compat.v1.nn.fused_batch_norm(
+            inputs, scale, offset, epsilon=self.epsilon, is_training=True)
+        # The kernel returns the unbiased variance (n / (n - 1)); Keras keeps the biased one.
+        count = tf.cast(tf.size(inputs) // channels, "float32")
+        variance = variance * (count - 1) / count
+        self.moving_mean.assign(self.moving_mean * self.momentum + mean * (1 - self.momentum))
+        self.moving_variance.assign(self.moving_variance * self.momentum
+                                    + variance * (1 - self.momentum))
+        return tf.cast(outputs, self.compute_dtype)
+
+
+# ## GELU fused by XLA
+
+@keras.saving.register_keras_serializable(package="models")
+class FusedActivation(keras.layers.Activation):
+    """`keras.layers.Activation` whose forward and backward passes are each
+    one XLA-compiled loop on TensorFlow.
+
+    On TensorFlow, Keras' exact GELU runs as separate element-wise ops (erfc,
+    multiplies; its gradient adds exp, square, negation), each a pass over
+    the activations. In airbench94's network at batch 1024 on a 2-core CPU
+    they take about half of the `mixed_bfloat16` training step.
+    `tf.function(jit_compile=True)` around the activation lets XLA fuse them
+    while TensorFlow's own kernels (oneDNN's convolutions) run the rest of
+    the graph. The arithmetic is Keras' own. Eagerly
+    (`execution.mode=eager`) and on other backends it is Keras' layer: JAX
+    compiles the whole step with XLA already.
+    """
+
+    def call(self, inputs):
+        if keras.backend.backend() != "tensorflow":
+            return super().call(inputs)
+        import tensorflow as tf
+
+        if tf.executing_eagerly():
+            return super().call(inputs)
+        return _compiled(self.activation)(inputs)
+
+
+@functools.cache
+def _compiled(activation):
+    import tensorflow as tf
+
+    return tf.function(activation, jit_compile=True)
+
+
+# ## Test-time augmentation: six views of each image
+
+# Each view's weight in the mean over 1, 2 or 6 views, in `test_time_views`' order:
+# the image, its mirror, then the pairs shifted up-left and down-right
+# (cifar10-airbench's: half on the image and its mirror, a quarter per pair).
+VIEW_WEIGHTS = {1: [1.0], 2: [0.5, 0.5], 6: [0.25, 0.25, 0.125, 0.125, 0.125, 0.125]}
+
+
+def test_time_views(network, translate=False):
+    """Wraps `network` so that it predicts every view of each image at once:
+    the image and its mirror; with `translate`, also the pair shifted by one
+    pixel up and left, and the pair shifted down and right (edges reflected).
+
+    Returns:
+        An uncompiled `keras.Model` from `network`'s input to its
+        predictions stacked per view: `(batch, 2 or 6, classes)`.
+    """
+    images = keras.Input(shape=network.input_shape[1:], name="image")
+    shown = [images]
+    if translate:
+        height, width = network.input_shape[1:3]
+        padded = ops.pad(images, [(0, 0), (1, 1), (1, 1), (0, 0)], mode="reflect")
+        shown += [padded[:, :height, :width], padded[:, 2:, 2:]]
+    predictions = []
+    for view in shown:
+        predictions += [network(view), network(ops.flip(view, axis=2))]  # axis 2 is width
+    stacked = ops.stack([ops.cast(p, "float32") for p in predictions], axis=1)
+    return keras.Model(images, stacked, name=f"{network.name}_views")
+
+
+def average_views(predictions, count, average="probabilities"):
+    """The mean over the first `count` (1, 2 or 6) of `test_time_views`' predictions,
+    weighted by `VIEW_WEIGHTS`: of the probabilities, or (`"logits"`,
+    airbench's) the softmax of the mean logit. A probability's log is its
+    logit less a constant per view, so the mean log-probability stands in
+    for the mean logit."""
+    if average not in ("probabilities", "logits"):
+        raise ValueError(f"average must be 'probabilities' or 'logits'; received: {average!r}")
+    weights = ops.reshape(ops.convert_to_tensor(VIEW_WEIGHTS[count], "float32"), (1, count, 1))
+    chosen = predictions[:, :count]
+    if average == "logits":
+        return ops.softmax(ops.sum(ops.multiply(weights, ops.log(chosen)), axis=1))
+    return ops.sum(ops.multiply(weights, chosen), axis=1)
+
+
+def view_metrics(predictions, labels, count, average, loss, regularization=0.0):
+    """What `evaluate` reports for the mean over `count` of `test_time_views`'
+    `predictions`, from the predictions: `loss` (a Keras loss, plus the
+    model's `regularization` penalty, as `evaluate` adds it) and accuracy,
+    against one-hot `labels`. One pass of `test_time_views` gives every view count's
+    and average's metrics, where `evaluate` needs a pass and a trace each."""
+    averaged = average_views(ops.convert_to_tensor(predictions, "float32"), count, average)
+    hits = ops.equal(ops.argmax(averaged, axis=-1), ops.argmax(labels, axis=-1))
+    return {"loss": float(loss(labels, averaged)) + float(regularization),
+            "accuracy": float(ops.mean(ops.cast(hits, "float32")))}

@@ -1,11 +1,13 @@
 """Keras 3 training recipes, looked up by name.
 
-A recipe is either a module named in `MODULES` (its settings live in
-`configs/NAME.yaml`), or a YAML file in `configs/` whose top-level `recipe:`
-key names the module that runs it, with its settings applied on top of that
-module's. The package's other modules are what the recipes share; the
-commands that work on a recipe are in `recipes.tools`. Listing recipes
-reads docstrings and YAML comments without importing anything, so `list` and
+A recipe is either a module named in `MODULES` (its settings are its
+`CONFIG`), or a YAML file in `configs/` whose top-level `recipe:` key names
+the module that runs it, with its settings applied on top of that module's.
+Beside the recipes: `data` (what every recipe trains on, public: a copied
+recipe takes it along), `harness` (what `python -m recipes run` adds around
+a recipe), `_config`, `_environment` and `_distribute` (the harness's), and
+`tools` (the commands that work on a recipe). Listing recipes reads
+docstrings and YAML comments without importing anything, so `list` and
 `show` do not pay for importing TensorFlow.
 """
 

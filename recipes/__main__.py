@@ -8,11 +8,12 @@ its options. Each command imports what it needs when it runs: `list` and
 """
 
 import argparse
+import errno
 import os
 import sys
 
 import recipes
-from recipes import UserError, _config, _environment, _interrupt, _rundir
+from recipes import UserError, _config, _environment
 from recipes.tools import (Command, augment_bench, compare, curves, data_bench, graph, memory,
                            multiworker, preview, profile, soak, sweep)
 
@@ -28,7 +29,9 @@ def list_recipes():
 
 def train(name, config_files, overrides):
     config = _config.resolve(name, config_files, overrides, announce=print)
-    recipes.load(name).run(config)
+    from recipes import harness
+
+    harness.train(config)
 
 
 def show(name, config_files, overrides):
@@ -106,39 +109,94 @@ def main(argv=None):
     return 0
 
 
-if __name__ == "__main__":
-    _interrupt.install()
+class ClosedOutputTolerant:
+    """Standard output that, once its reader has gone (`| head`), drops what
+    is written instead of raising BrokenPipeError in the middle of training:
+    a run then trains to its end, and its files and exit status say what it
+    did."""
+
+    def __init__(self, stream):
+        self._stream, self._closed = stream, False
+
+    def write(self, text):
+        if not self._closed:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._gone()
+        return len(text)
+
+    def flush(self):
+        if not self._closed:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._gone()
+
+    def _gone(self):
+        self._closed = True
+        # Python flushes stdout at exit: point its file at devnull, so that cannot raise.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def on_unraisable(unraisable):
+    # A Ctrl-C that Python dropped (raised in a gc callback or a __del__)
+    # stops training at the next batch (StopAfterInterrupt): no need to print it.
+    error = unraisable.exc_value
+    while error is not None:
+        if isinstance(error, KeyboardInterrupt):
+            return
+        error = error.__context__
+    sys.__unraisablehook__(unraisable)
+
+
+def exit_status(error):
+    """(exit status, message for stderr) for an exception a command raised, or
+    None for one that is a bug, to be shown with its traceback."""
+    from recipes import harness
+
+    if isinstance(error, harness.Interrupted):
+        return 130, str(error)
+    if isinstance(error, UserError):
+        return 2, f"error: {error}"
+    data = sys.modules.get("recipes.data")
+    if data is not None and isinstance(error, data.ConfigError):
+        return 2, f"error: {error}"
+    divergence = sys.modules.get("callbacks.divergence_stop")
+    if divergence is not None and isinstance(error, divergence.TrainingDiverged):
+        return 3, f"error: {error}"
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return 2, (f"error: the disk is full ({error.filename or 'writing the run'}): finished "
+                   "epochs are saved; free some space and run the same command with "
+                   "run.resume=true (or the same run.dir) to go on.")
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(error, tf.errors.UnavailableError):
+        # A multi-worker run whose peer stopped: a situation, not a bug.
+        return 2, ("error: a worker of this multi-worker run stopped answering; finished "
+                   "epochs are saved: run the same command again to resume.")
+    if isinstance(error, KeyboardInterrupt):
+        return 130, "interrupted."
+    return None
+
+
+def run_cli(argv=None):
+    """`main`, as the command line runs it: what a user can fix is one
+    message on stderr and an exit status (`exit_status`); returns it."""
     try:
-        status = main()
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        status = 2
-    except BrokenPipeError:
-        # The reader stopped (`list | head`): not an error of ours. Python's
-        # documented recipe: point stdout at devnull so its flush at exit
-        # cannot raise again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        status = 0
-    except Exception as error:
-        divergence = sys.modules.get("callbacks.divergence_stop")
-        if divergence is not None and isinstance(error, divergence.TrainingDiverged):
-            print(f"error: {error}", file=sys.stderr)
-            sys.exit(3)
-        tf = sys.modules.get("tensorflow")
-        if tf is not None and isinstance(error, tf.errors.UnavailableError):
-            # A multi-worker run whose peer stopped: a situation, not a bug.
-            print("error: a worker of this multi-worker run stopped answering; finished "
-                  "epochs are saved: run the same command again to resume.", file=sys.stderr)
-            sys.exit(2)
-        # Ctrl-C can land inside library code (a checkpoint being written,
-        # say) that turns it into another exception: it is still Ctrl-C.
-        if not _interrupt.pressed:
+        return main(argv)
+    except (Exception, KeyboardInterrupt) as error:
+        found = exit_status(error)
+        if found is None:
             raise
-        status = 130
-    except KeyboardInterrupt:
-        status = 130
-    if status == 130:
-        again = ("the same command" if "sweep" in sys.argv[1:2] else
-                 "the same command with run.resume=true (or the same run.dir)")
-        print("\n" + _rundir.interrupt_note(again), file=sys.stderr)
-    sys.exit(status)
+        status, message = found
+        print(message, file=sys.stderr)
+        return status
+
+
+if __name__ == "__main__":
+    sys.stdout = ClosedOutputTolerant(sys.stdout)
+    sys.unraisablehook = on_unraisable
+    sys.exit(run_cli())

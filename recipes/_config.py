@@ -1,12 +1,14 @@
-"""Resolves a recipe's configuration.
+"""Resolves a recipe's configuration, and checks every value before a run starts.
 
-Precedence, lowest first: `DEFAULTS` < `configs/MODULE.yaml` (the module that
-runs the recipe) < `configs/NAME.yaml` when the recipe is a YAML of its own <
-each `--config` file in order < `key=value` overrides. The module's YAML may
-add keys of its own (its model's fields, say), typed by their value there or
-by the module's `CONFIG_SCHEMA`; everything after it may only set keys that
-exist. Unknown keys and values of the wrong type are `UserError`s that name
-the key. The resolved config records the recipe's name under the top-level
+Precedence, lowest first: `DEFAULTS` (with recipes/data.py's `DEFAULTS` as
+the data section) < the recipe module's `CONFIG` < `configs/NAME.yaml` when
+the recipe is a YAML of its own < each `--config` file in order <
+`key=value` overrides. The module's CONFIG may add keys of its own (its
+model's fields, say), typed by their value there or by the module's
+`CONFIG_SCHEMA`; everything after it may only set keys that exist. Unknown
+keys, values of the wrong type and numbers out of their range (`LIMITS`)
+are `UserError`s that name the key, raised before anything is built or
+written. The resolved config records the recipe's name under the top-level
 key `recipe`.
 """
 
@@ -14,7 +16,6 @@ import ast
 import copy
 import difflib
 import math
-import re
 from pathlib import Path
 
 import yaml
@@ -22,26 +23,12 @@ import yaml
 from recipes import CONFIGS_DIR, PACKAGE_DIR, UserError, module_of
 
 DEFAULTS = {
-    "data": {
-        "source": "tfds",  # tfds | synthetic | folder
-        "name": "mnist",  # sets input shape and class count, also for folder/synthetic
-        "dir": None,  # tensorflow-datasets' data_dir; None is its own default
-        "path": None,  # root of an image folder tree, for data.source=folder
-        "batch_size": 128,
-        "validation_split": 0.1,  # fraction of the training split held out
-        "synthetic_examples": 2048,  # training examples for data.source=synthetic
-        "shuffle_buffer": 10000,
-        "cache": True,  # tfds: keep decoded uint8 images in memory after the first epoch
-        "augment": [],  # training-only operations, in order: see recipes/_augment.py
-        "augment_on": "auto",  # device (in the training step) or host (tf.data); auto: device on a GPU or without TensorFlow
-        "augment_engine": "auto",  # keras_cv | keras (Keras core's); auto: keras_cv on TF, keras on JAX
-    },
+    "data": None,  # recipes/data.py's DEFAULTS, read in `defaults()`
     "model": {},
     "train": {
         "epochs": 10,
         "steps_per_epoch": None,  # None: one pass over the training split
         "lr": 1e-3,
-        "scale_lr_with_batch": False,  # lr times the replicas: the linear scaling rule
     },
     "execution": {
         "backend": "tensorflow",  # tensorflow | jax: Keras' backend, set before Keras is imported
@@ -55,8 +42,6 @@ DEFAULTS = {
         "timeout_s": 120,  # multi_worker: how long a worker waits for its peers to start
     },
     "callbacks": {
-        "tensorboard": True,
-        "checkpoint": True,
         "monitor": "val_accuracy",  # what decides the best checkpoint
         "graph": False,  # write the training step's graph to TensorBoard (graph and xla modes)
         "profile": None,  # START,END: profile those training steps for TensorBoard's Profile tab
@@ -68,6 +53,51 @@ DEFAULTS = {
         "verbose": "auto",  # auto | 0 | 1 | 2, as in model.fit; auto: 1 on a terminal, else 2
         "export": False,  # also write the final model as a SavedModel, to serve without this code
     },
+}
+
+# The range of every number a user can give, checked when the config is
+# resolved, before anything is built or written: key -> (test, what it needs).
+# A key of a recipe's own is checked by its last part (`model.dropout`,
+# `model.hidden_units`), whatever the recipe.
+LIMITS = {
+    "train.epochs": (lambda v: v >= 1, "at least 1"),
+    "train.lr": (lambda v: math.isfinite(v) and v > 0, "a finite number above 0"),
+    "train.steps_per_epoch": (lambda v: v >= 1, "at least 1, or null for one pass"),
+    "data.batch_size": (lambda v: v >= 1, "at least 1"),
+    "data.synthetic_examples": (lambda v: v >= 1, "at least 1"),
+    "data.shuffle_buffer": (lambda v: v >= 1, "at least 1"),
+    "data.validation_split": (lambda v: 0 <= v < 1, "at least 0 and below 1 (0: validate on the test split)"),
+    "execution.seed": (lambda v: 0 <= v < 2**32, "from 0 to 2**32 - 1 (NumPy's seed range)"),
+    "execution.steps_per_execution": (lambda v: v >= 1, "at least 1"),
+    "execution.timeout_s": (lambda v: v > 0, "above 0"),
+    "run.dir": (lambda v: v.strip() != "", "a folder's path, not empty (null: runs/NAME/<timestamp>)"),
+}
+# By a key's last part, for the keys recipes add.
+LIMITS_BY_NAME = {
+    "dropout": (lambda v: 0 <= v < 1, "at least 0 and below 1"),
+    "conv_dropout": (lambda v: 0 <= v < 1, "at least 0 and below 1"),
+    "dense_dropout": (lambda v: 0 <= v < 1, "at least 0 and below 1"),
+    "label_smoothing": (lambda v: 0 <= v < 1, "at least 0 and below 1"),
+    "momentum": (lambda v: 0 <= v < 1, "at least 0 and below 1"),
+    "batch_norm_momentum": (lambda v: 0 <= v < 1, "at least 0 and below 1"),
+    "weight_decay": (lambda v: math.isfinite(v) and v >= 0, "a finite number, at least 0"),
+    "lr_decay": (lambda v: math.isfinite(v) and v >= 0, "a finite number, at least 0"),
+    "warmup_epochs": (lambda v: v >= 0, "at least 0"),
+    "bias_lr_scale": (lambda v: math.isfinite(v) and v > 0, "a finite number above 0"),
+    "hidden_units": (lambda v: all(n >= 1 for n in v), "a list of layer widths, each at least 1"),
+    "filters": (lambda v: all(n >= 1 for n in v), "a list of widths, each at least 1"),
+    "widths": (lambda v: len(v) >= 1 and all(n >= 1 for n in v), "a list of widths, each at least 1"),
+    "growth_rates": (lambda v: len(v) >= 1 and all(n >= 1 for n in v), "a list of widths, each at least 1"),
+    "units": (lambda v: v >= 1 if isinstance(v, int) else all(n >= 1 for n in v), "at least 1"),
+    "dense_units": (lambda v: v >= 1, "at least 1"),
+    "init_filters": (lambda v: v >= 1, "at least 1"),
+    "depth": (lambda v: v >= 1, "at least 1"),
+    "growth_rate": (lambda v: v >= 1, "at least 1"),
+    "compression": (lambda v: 0 < v <= 1, "above 0 and at most 1"),
+    "layers_per_block": (lambda v: v >= 0, "at least 0"),
+    "whitening_images": (lambda v: v >= 1, "at least 1"),
+    "whitening_bias_epochs": (lambda v: v >= 0, "at least 0"),
+    "lookahead_start_epoch": (lambda v: v >= 0, "at least 0"),
 }
 
 # Types of keys that their default does not show; any other key takes its
@@ -93,15 +123,8 @@ CHOICES = {
     "execution.precision": ["float32", "mixed_float16", "mixed_bfloat16"],
     "execution.strategy": ["none", "mirrored", "multi_worker"],
     "run.verbose": ["auto", 0, 1, 2],
-}
-
-# Values no run can use, refused before anything is built: key -> (test, what it needs).
-LIMITS = {
-    "train.epochs": (lambda v: v >= 1, "at least 1"),
-    "train.lr": (lambda v: math.isfinite(v) and v > 0, "a finite number above 0"),
-    "data.batch_size": (lambda v: v >= 1, "at least 1"),
-    "data.synthetic_examples": (lambda v: v >= 1, "at least 1"),
-    "train.steps_per_epoch": (lambda v: v >= 1, "at least 1, or null for one pass"),
+    # What every recipe logs: a metric it does not log could never pick a best epoch.
+    "callbacks.monitor": ["val_accuracy", "val_loss", "accuracy", "loss"],
 }
 
 TYPE_NAMES = {bool: "true/false", int: "an integer", float: "a number",
@@ -109,45 +132,50 @@ TYPE_NAMES = {bool: "true/false", int: "an integer", float: "a number",
 TYPES_BY_NAME = {"bool": bool, "int": int, "float": float, "str": str, "list": list}
 
 
+def defaults():
+    """`DEFAULTS`, with the data section recipes/data.py declares."""
+    tree = copy.deepcopy(DEFAULTS)
+    tree["data"] = module_literal(PACKAGE_DIR / "data.py", "DEFAULTS")
+    return tree
+
+
 def resolve(name, config_files=(), overrides=(), announce=print):
     """Returns the resolved config of recipe `name` as a nested dict.
 
     Args:
-        name: the recipe's name, also the stem of its YAML in `configs/`.
+        name: the recipe's name: a recipe module's, or the stem of a YAML in
+            `configs/` that names its module.
         config_files: extra YAML files, applied in order.
         overrides: `key=value` strings; values are parsed as YAML.
         announce: called with one line per command-line override.
     """
     module = module_of(name)
-    config = copy.deepcopy(DEFAULTS)
+    config = defaults()
     types, choices = {**TYPES}, {**CHOICES}
     for key, entry in recipe_schema(module).items():
         if isinstance(entry, list):
             choices[key] = entry
         else:
             types[key] = TYPES_BY_NAME[entry]
-    # A key whose default is null accepts null, whatever the module's YAML sets.
-    nullable = {key for key, value in _flatten(DEFAULTS).items() if value is None}
+    # A key whose default is null accepts null, whatever the recipe sets.
+    nullable = {key for key, value in _flatten(config).items() if value is None}
 
     def schema_of(tree):
         return {key: (types.get(key, type(value)), value is None or key in nullable,
                       choices.get(key), _number_items(value))
                 for key, value in _flatten(tree).items()}
 
-    # The module's YAML is checked as a user's file is: against the defaults
-    # for their keys, against CONFIG_SCHEMA for the keys it adds.
-    module_yaml = CONFIGS_DIR / f"{module}.yaml"
-    if module_yaml.exists():
-        known = schema_of(DEFAULTS)
-        for key, value in _flatten(_read_yaml(module_yaml, module)).items():
-            if key.partition(".")[0] not in DEFAULTS:
-                raise UserError(f"{module_yaml}: unknown section in '{key}'; "
-                                f"sections are {', '.join(DEFAULTS)}.")
-            if key not in known:  # a key of its own: typed by CONFIG_SCHEMA, or by this value
-                if isinstance(value, str) and NUMBER_READ_AS_TEXT.fullmatch(value):
-                    value = float(value)
-                known[key] = (types.get(key, type(value)), True, choices.get(key), None)
-            _set(config, key, _checked(known, key, value, f"in {module_yaml}"))
+    # The module's CONFIG is checked as a user's file is: against the
+    # defaults for their keys, against CONFIG_SCHEMA for the keys it adds.
+    source = PACKAGE_DIR / f"{module}.py"
+    known = schema_of(config)
+    for key, value in _flatten(module_literal(source, "CONFIG")).items():
+        if key.partition(".")[0] not in DEFAULTS:
+            raise UserError(f"{source}: unknown section in '{key}'; "
+                            f"sections are {', '.join(DEFAULTS)}.")
+        if key not in known:  # a key of its own: typed by CONFIG_SCHEMA, or by this value
+            known[key] = (types.get(key, type(value)), True, choices.get(key), None)
+        _set(config, key, _checked(known, key, value, f"in {source}'s CONFIG"))
     schema = schema_of(config)
 
     layers = [CONFIGS_DIR / f"{name}.yaml"] if name != module else []
@@ -163,7 +191,41 @@ def resolve(name, config_files=(), overrides=(), announce=print):
         execution["mode"] = COMPILED_MODE[execution["backend"]]
     if execution["backend"] == "jax":
         _check_jax(module, config)
+    _check_together(config)
     return {"recipe": name, **config}
+
+
+def _check_together(config):
+    """Refuses settings that are each valid but cannot work together, or
+    whose form a type does not say."""
+    profile = config["callbacks"]["profile"]
+    if profile is not None and _steps(profile) is None:
+        raise UserError("callbacks.profile takes the first and last training step to profile, "
+                        f"e.g. callbacks.profile=5,8 (or one step: 5); got {profile!r}.")
+    model = config["model"]
+    if "widths" in model and len(model["widths"]) != len(model.get("growth_rates", [])):
+        raise UserError(f"model.widths and model.growth_rates need one entry per block each; got "
+                        f"{model['widths']} and {model.get('growth_rates')}.")
+    train = config["train"]
+    if train.get("warmup_epochs") and train.get("schedule") == "step":
+        raise UserError("train.warmup_epochs works with train.schedule=cosine or constant; "
+                        "the step schedule (the paper's) has no warm-up. Set one of them.")
+    if train.get("warmup_epochs") and train["warmup_epochs"] >= train["epochs"]:
+        raise UserError(f"train.warmup_epochs={train['warmup_epochs']} leaves no epoch of the "
+                        f"{train['epochs']} to train after it; lower it.")
+
+
+def _steps(profile):
+    """`callbacks.profile` as (first, last) training step from 1, or None if it is not one."""
+    parts = (profile if isinstance(profile, list) else
+             [profile] if isinstance(profile, int) else str(profile).split(","))
+    try:
+        steps = [int(part) for part in parts]
+    except (TypeError, ValueError):
+        return None
+    if len(steps) == 1:
+        steps *= 2
+    return tuple(steps) if len(steps) == 2 and 1 <= steps[0] <= steps[1] else None
 
 
 # What `execution.mode: null` means on each backend: its compiled training step.
@@ -199,16 +261,23 @@ def _check_jax(module, config):
 
 
 def recipe_schema(module):
-    """The `CONFIG_SCHEMA` literal of recipe module `module`, read without
-    importing it (which would import TensorFlow): `{key: type name or list
-    of choices}` for the keys its YAML adds whose value there does not tell
-    their type (null: "the variant's") or that take one of a few values."""
-    tree = ast.parse((PACKAGE_DIR / f"{module}.py").read_text())
-    for node in tree.body:
+    """The `CONFIG_SCHEMA` of recipe module `module`: `{key: type name or list
+    of choices}` for the keys its CONFIG adds whose value there does not tell
+    their type (None: "the variant's") or that take one of a few values."""
+    return module_literal(PACKAGE_DIR / f"{module}.py", "CONFIG_SCHEMA", default={})
+
+
+def module_literal(path, name, default=None):
+    """The literal assigned to `name` at the top level of the Python file
+    `path`, read without importing it: a recipe module imports TensorFlow,
+    and `list` and `show` answer without it."""
+    for node in ast.parse(Path(path).read_text()).body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and getattr(node.targets[0], "id", None) == "CONFIG_SCHEMA"):
+                and getattr(node.targets[0], "id", None) == name):
             return ast.literal_eval(node.value)
-    return {}
+    if default is None:
+        raise UserError(f"{path} has no {name} literal.")
+    return default
 
 
 def dump(config):
@@ -222,11 +291,16 @@ def _read_yaml(path, module):
         raise UserError(f"Config file not found: {path}")
     try:
         data = yaml.safe_load(path.read_text()) or {}
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text: a config file is YAML, written in "
+                        "UTF-8.") from None
     except yaml.YAMLError as error:
         raise UserError(f"{path} is not valid YAML: {error}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path} must hold a mapping of sections, "
                         f"got {type(data).__name__}.")
+    # A section whose every key is commented out reads as null: it sets nothing.
+    data = {section: values for section, values in data.items() if values is not None}
     written_for = data.pop("recipe", module)
     if written_for != module:
         raise UserError(f"{path} is written for the '{written_for}' recipe (its "
@@ -322,14 +396,19 @@ def _checked(schema, key, value, origin):
                 raise UserError(f"Config key '{key}' expects a list of "
                                 f"{TYPE_NAMES[item_type].removeprefix('a ').removeprefix('an ')}s, "
                                 f"got {item!r} in {value!r} {origin}.")
-    if key in LIMITS and not LIMITS[key][0](value):
-        raise UserError(f"Config key '{key}' must be {LIMITS[key][1]}, got {value!r} {origin}.")
+    limit = LIMITS.get(key) or LIMITS_BY_NAME.get(key.rpartition(".")[2])
+    if limit is not None and not _within(limit[0], value):
+        raise UserError(f"Config key '{key}' must be {limit[1]}, got {value!r} {origin}.")
     return value
 
 
-# What YAML 1.1 (PyYAML) reads as a string although it means a number: an
-# exponent without a dot, 1e-4; read as the number, as a user's value is.
-NUMBER_READ_AS_TEXT = re.compile(r"[-+]?(\d+|\d*\.\d+)[eE][-+]?\d+")
+def _within(test, value):
+    """Whether `value` passes a limit's test; a value of a type it cannot
+    judge (null, text) is left to the type check."""
+    try:
+        return test(value)
+    except TypeError:
+        return True
 
 
 def _number_items(default):

@@ -12,7 +12,7 @@
 `data.batch_size * num_replicas_in_sync` images. Keras' own
 `keras.distribution` API is a prototype on the TensorFlow backend, so this
 module uses `tf.distribute`, which `fit` supports. Which process of a
-multi-worker run writes the run's files is `_rundir`'s (`is_chief`).
+multi-worker run writes the run's files is the harness's (`is_chief`).
 """
 
 import os
@@ -22,7 +22,6 @@ import sys
 import tensorflow as tf
 
 from recipes import UserError
-from recipes._rundir import worker_task
 
 
 class MultiWorkerStrategy(tf.distribute.MultiWorkerMirroredStrategy):
@@ -79,9 +78,10 @@ def _cpu_count(devices):
     return int(count)
 
 
-def strategy(config):
+def strategy(config, task=None):
     """The `tf.distribute.Strategy` that `execution.strategy` names; call it
-    after `request_devices`."""
+    after `request_devices`. `task`: this process's `(index, workers)` in a
+    multi-worker cluster (`TF_CONFIG`), or None."""
     name, timeout = config["execution"]["strategy"], config["execution"]["timeout_s"]
     if name == "none":
         return tf.distribute.get_strategy()
@@ -95,7 +95,6 @@ def strategy(config):
                 devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
         devices = [device.name for device in tf.config.list_logical_devices("GPU")] or None
         return tf.distribute.MirroredStrategy(devices)
-    task = worker_task()
     if task is None:
         raise UserError(
             "execution.strategy=multi_worker needs TF_CONFIG, the cluster and this "

@@ -21,7 +21,7 @@ def request_onednn(config):
     with AVX-512 VNNI or newer).
 
     TensorFlow reads the variable once, when it starts: the command line
-    calls this before importing it, and `_experiment.prepare` calls it again
+    calls this before importing it, and `harness.prepare` calls it again
     to refuse a run whose TensorFlow started with another setting.
     """
     wanted = config["execution"]["onednn"]
@@ -42,7 +42,7 @@ def request_backend(config):
     """Sets `KERAS_BACKEND` to `execution.backend` before Keras is imported.
 
     Keras reads the variable once, on import: the command line calls this
-    before any command imports Keras, and `_experiment.prepare` calls it
+    before any command imports Keras, and `harness.prepare` calls it
     again to refuse a run whose Keras started on another backend (a notebook
     sets `KERAS_BACKEND` itself, before `import keras`).
     """
@@ -80,15 +80,10 @@ def backend():
 
 
 def gpus():
-    """The names of the GPUs that Keras' backend computes on."""
-    if backend() == "jax":
-        import jax
+    """The names of the GPUs that Keras' backend computes on (recipes/data.py's)."""
+    from recipes import data  # imports Keras
 
-        return [device.device_kind for device in jax.devices() if device.platform == "gpu"]
-    import tensorflow as tf
-
-    return [tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
-            for gpu in tf.config.list_physical_devices("GPU")]
+    return data.gpus()
 
 
 def versions():

@@ -15,110 +15,148 @@ docs/cpu-hour.md weighs.
 
     make recipe NAME=cifar10_cnn
     make recipe NAME=cifar10_cnn ARGS="execution.mode=xla data.source=synthetic train.epochs=1"
+
+Copy it out: this file, with models/simple_cnn.py, recipes/data.py and
+callbacks/timing.py in those folders beside it, trains on its own:
+
+    python cifar10_cnn.py data.source=synthetic train.epochs=1
 """
 
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
 import keras
+import yaml
 
-import models
-from callbacks import Timing
-from recipes import _data, _experiment
-from recipes._experiment import Experiment
+from callbacks.timing import Timing
+from models.simple_cnn import simple_cnn
+from recipes import data
+
+# What this recipe trains with, each value with its reason; `key=value` on
+# the command line overrides any of them. The data section's other keys
+# (data.source: tfds, a folder or synthetic images) are recipes/data.py's.
+CONFIG = {
+    "data": {
+        "name": "cifar10",
+        "batch_size": 32,  # the example's batch size
+        # The example's ImageDataGenerator: shifts of up to 10% (3.2 px),
+        # filled from the nearest edge pixel, and horizontal flips.
+        "augment": ["shift", "flip"],
+    },
+    "model": {
+        "filters": [32, 64],  # two stages: 32 then 64 filters, each two 3x3 convs and a 2x2 max-pool
+        "dense_units": 512,
+        "conv_dropout": 0.25,  # after each stage, as in the example
+        "dense_dropout": 0.5,  # after the dense layer, as in the example
+    },
+    "train": {
+        "epochs": 50,  # the example reports 79% validation accuracy after 50 epochs (with augmentation)
+        "steps_per_epoch": None,  # None: one pass over the training images
+        "lr": 1.0e-4,  # the example's RMSprop rate
+        "lr_decay": 1.0e-6,  # the example's decay: lr / (1 + 1e-6 * step), an InverseTimeDecay
+    },
+    "execution": {
+        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: Keras' default
+        "precision": "float32",  # or mixed_bfloat16, mixed_float16
+        "seed": 0,
+        "steps_per_execution": 1,
+    },
+}
 
 
-def build(config):
-    """Builds what `run` trains: the data and the compiled model.
+def build(config, initial_epoch=0):
+    """The compiled model and its data: what `run` trains, and what the
+    tools (compare, graph, preview) time, draw and show.
 
-    Returns:
-        An `Experiment`: the compiled model, its data and strategy.
+    Args:
+        initial_epoch: where a resumed run starts, so that its batches are
+            the ones an uninterrupted run trains on.
     """
-    # Seeds every random generator, the input pipeline's included, and sets
-    # the dtype policy, before anything is built; `strategy` is
-    # tf.distribute's (execution.strategy), a no-op by default.
-    strategy = _experiment.prepare(config)
+    train, execution = config["train"], config["execution"]
+    # Every random draw (weights, dropout, the shuffle, augmentation) from
+    # one seed, and the dtype policy, before anything is built.
+    keras.utils.set_random_seed(execution["seed"])
+    keras.mixed_precision.set_global_policy(execution["precision"])
 
     # ## Data
     # uint8 images scaled to [0, 1] on whole batches; 10% of the training
     # split is held out for validation, the test split is only for the end.
-    # `data.augment` (shifts and flips, as in the example) applies to training
-    # batches only.
-    data = _data.load(config["data"], seed=config["execution"]["seed"],
-                      steps_per_epoch=config["train"]["steps_per_epoch"],
-                      replicas=strategy.num_replicas_in_sync)
+    # `data.augment` (shifts and flips, as in the example) applies to
+    # training batches only.
+    splits = data.load(config["data"], seed=execution["seed"],
+                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch)
 
     # ## Model
-    # Under tf.distribute, variables made in the strategy's scope are
-    # mirrored on every replica: build and compile the model there.
-    with strategy.scope():
-        model = models.simple_cnn(
-            input_shape=data.input_shape,
-            num_classes=data.num_classes,
-            filters=config["model"]["filters"],
-            dense_units=config["model"]["dense_units"],
-            conv_dropout=config["model"]["conv_dropout"],
-            dense_dropout=config["model"]["dense_dropout"],
-        )
-        # Augmentation placed on the device runs inside fit's training step.
-        if data.augment_on == "device":
-            model = models.AugmentedModel(model, data.augment)
+    model = simple_cnn(splits.input_shape, splits.num_classes, **config["model"])
+    if splits.augment_on == "device":  # data.augment inside fit's training step
+        model = data.AugmentedModel(model, splits.augment)
 
-        # ## Training setup
-        # Keras 2's RMSprop(lr, decay=d) lowered the rate to lr / (1 + d * step);
-        # InverseTimeDecay with decay_steps=1 is exactly that.
-        learning_rate = keras.optimizers.schedules.InverseTimeDecay(
-            _experiment.learning_rate(config, strategy), decay_steps=1,
-            decay_rate=config["train"]["lr_decay"])
-        # Keras 2's RMSprop divided by sqrt(v) + 1e-7, Keras 3's divides by
-        # sqrt(v + epsilon): epsilon=1e-14 puts Keras 2's floor under the
-        # square root, where the default 1e-7 would damp every weight whose
-        # gradients are small (sqrt(1e-7) is 3e-4).
-        optimizer = keras.optimizers.RMSprop(learning_rate=learning_rate, epsilon=1e-14)
-        # Class indices, or one-hot labels once MixUp or CutMix blend them.
-        loss = (keras.losses.CategoricalCrossentropy() if data.one_hot
-                else keras.losses.SparseCategoricalCrossentropy())
-        # The execution mode is only a compile argument: op by op from Python
-        # (eager), one tf.function per step (graph), or compiled by XLA (xla).
-        mode = config["execution"]["mode"]
-        model.compile(
-            optimizer=optimizer,
-            loss=loss,
-            metrics=["accuracy"],
-            run_eagerly=mode == "eager",
-            jit_compile=mode == "xla",
-            steps_per_execution=config["execution"]["steps_per_execution"],
-        )
-    return Experiment(config, model, data, strategy)
+    # ## Training setup
+    # Keras 2's RMSprop(lr, decay=d) lowered the rate to lr / (1 + d * step);
+    # InverseTimeDecay with decay_steps=1 is exactly that.
+    learning_rate = keras.optimizers.schedules.InverseTimeDecay(
+        train["lr"], decay_steps=1, decay_rate=train["lr_decay"])
+    # Keras 2's RMSprop divided by sqrt(v) + 1e-7, Keras 3's divides by
+    # sqrt(v + epsilon): epsilon=1e-14 puts Keras 2's floor under the
+    # square root, where the default 1e-7 would damp every weight whose
+    # gradients are small (sqrt(1e-7) is 3e-4).
+    optimizer = keras.optimizers.RMSprop(learning_rate=learning_rate, epsilon=1e-14)
+    # Class indices, or one-hot labels once MixUp or CutMix blend them.
+    loss = (keras.losses.CategoricalCrossentropy() if splits.one_hot
+            else keras.losses.SparseCategoricalCrossentropy())
+    # The execution mode is only a compile argument: op by op from Python
+    # (eager), one tf.function per step (graph), or compiled by XLA (xla).
+    mode = execution["mode"]
+    model.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"],
+                  run_eagerly=mode == "eager", jit_compile=mode == "xla",
+                  steps_per_execution=execution["steps_per_execution"])
+    return SimpleNamespace(model=model, data=splits)
 
 
-def run(config):
-    """Trains and evaluates the model that `config` describes.
+def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
+    """Trains the model `config` describes, writing into `run_dir`, and
+    evaluates it on the test split.
+
+    Args:
+        extra_callbacks: more callbacks for `fit` (the harness's).
+        initial_epoch: the epoch a resumed run starts at (`build`'s).
+        verbose: `fit`'s.
 
     Returns:
-        The run's metrics, also written to `<run dir>/metrics.json`.
+        The model, its data, the Timing callback and the `test` metrics.
     """
-    experiment = build(config)
-    model, data = experiment.model, experiment.data
-    if config["run"]["verbose"]:
-        model.summary()
+    experiment = build(config, initial_epoch)
+    model, splits, run_dir = experiment.model, experiment.data, Path(run_dir)
 
     # ## Training
-    # runs/NAME/<timestamp>, or run.dir's earlier run to resume it: the
-    # resolved config.yaml, history.csv, TensorBoard logs and the backup.
-    run_dir = experiment.open_run_dir()
-    # Timing first, so that the logs record its step time, images/s and input
-    # wait; then standard_callbacks: ExecutionModeCheck, DivergenceStop,
-    # CSVLogger and, as callbacks.* asks, TensorBoard, GraphWriter,
-    # Diagnostics and ModelCheckpoint; BackupAndRestore last.
-    timing = Timing(batch_size=data.batch_size)
-    callbacks = [timing, *_experiment.standard_callbacks(config, run_dir, data)]
-    model.fit(
-        timing.instrument(data.train),
-        validation_data=data.validation,
-        epochs=config["train"]["epochs"],
-        steps_per_epoch=data.steps_per_epoch,
-        callbacks=callbacks,
-        verbose=_experiment.fit_verbose(config),
-    )
+    timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
+    callbacks = [
+        *extra_callbacks,  # the harness's, when it runs this recipe: its checks come first
+        timing,
+        keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
+        # Scalars for `tensorboard --logdir runs`, written through TensorFlow.
+        *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if data.HAS_TENSORFLOW else []),
+        keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
+        # The whole training state after each epoch, and the one before: run
+        # again with the same run_dir, training goes on from the last epoch.
+        keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
+                                         delete_checkpoint=False),
+    ]
+    model.fit(timing.instrument(splits.train), validation_data=splits.validation,
+              epochs=config["train"]["epochs"], steps_per_epoch=splits.steps_per_epoch,
+              callbacks=callbacks, verbose=verbose)
 
     # ## Evaluation
-    test_metrics = model.evaluate(data.test, return_dict=True, verbose=0)
-    return experiment.finish(test_metrics, timing)
+    experiment.test = model.evaluate(splits.test, return_dict=True, verbose=0)
+    experiment.timing = timing
+    return experiment
+
+
+if __name__ == "__main__":  # python cifar10_cnn.py key=value ...
+    for key, value in (item.split("=", 1) for item in sys.argv[1:]):
+        section, name = key.split(".")
+        CONFIG[section][name] = yaml.safe_load(value)
+    result = run(CONFIG, Path("runs", "cifar10_cnn", time.strftime("%Y%m%d-%H%M%S")))
+    print("test:", result.test)

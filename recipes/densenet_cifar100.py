@@ -18,19 +18,70 @@ figures on one. The DenseNet measured on a CPU is `densenet_cifar10_cpu`
     make recipe NAME=densenet_cifar100                 # the full protocol: hours on a GPU
     make recipe NAME=densenet_cifar100 ARGS="model.variant=densenet40_k12 model.api=sequential"
     make recipe NAME=densenet_cifar100_modern          # cosine, label smoothing, RandAugment, CutMix
+
+Copy it out: this file, with models/densenet.py, recipes/data.py and
+callbacks/timing.py in those folders beside it, trains on its own:
+
+    python densenet_cifar100.py data.source=synthetic train.epochs=1 model.depth=40
 """
 
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
 import keras
+import yaml
+from keras import ops
 
-import models
-from callbacks import Timing
-from models.densenet import variant_spec
-from recipes import UserError, _data, _experiment
-from recipes._experiment import Experiment
+from callbacks.timing import Timing
+from models.densenet import densenet, variant_spec
+from recipes import data
 
-# Keys of configs/densenet_cifar100.yaml that its values do not type (null
-# means "the variant's"), and keys with a few allowed values. Read without
-# importing this module (recipes/_config.py), so it stays a literal.
+# What this recipe trains with, each value with its reason; `key=value` on
+# the command line overrides any of them. The data section's other keys
+# (data.source: tfds, a folder or synthetic images) are recipes/data.py's.
+CONFIG = {
+    "data": {
+        "name": "cifar100",
+        "batch_size": 64,  # the paper's batch
+        "validation_split": 0,  # the paper trains on all 50,000 images (validation: the test split)
+        # The paper's "+": pad 4, random 32x32 crop, horizontal flip. Its code
+        # pads normalized images with 0, the mean colour: fill mean, where
+        # ours pads before the model normalizes.
+        "augment": [{"pad_crop": {"fill": "mean"}}, "flip"],
+    },
+    "model": {
+        "variant": "densenet_bc100_k12",  # a row of VARIANTS in models/densenet.py
+        "depth": None,  # None: the variant's value; a number overrides it
+        "growth_rate": None,  # k, feature maps added per layer
+        "bottleneck": None,  # the "B": 1x1 convolutions to 4k maps first
+        "compression": None,  # the "C": transitions keep this fraction of the maps
+        "dropout": 0.0,  # the paper: 0.2 only when training without augmentation
+        "batch_norm": True,  # False: the course exercise without batch norm
+        "weight_decay": 1.0e-4,  # the paper's, as an L2 penalty on every kernel
+        "batch_norm_momentum": 0.9,  # the paper's code's Torch 0.1 (Keras' default is 0.99)
+        "test_time_flip": False,  # True: evaluate on the mean prediction of each image and its mirror
+        "api": "functional",  # sequential: the same network from the DenseBlock/TransitionBlock layers
+    },
+    "train": {
+        "epochs": 300,
+        "steps_per_epoch": None,  # None: one pass over the training images
+        "lr": 0.1,
+        "schedule": "step",  # step: lr/10 at 50% and 75% of training; cosine: decay to 0; constant
+        "warmup_epochs": 0,  # a linear rise from 0 before a cosine or constant rate; the paper has none
+        "momentum": 0.9,  # Nesterov, as in the paper
+        "label_smoothing": 0.0,
+    },
+    "execution": {
+        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: Keras' default
+        "precision": "float32",  # or mixed_bfloat16, mixed_float16
+        "seed": 0,
+        "steps_per_execution": 1,
+    },
+}
+# Keys of CONFIG whose value there does not tell their type (None: the
+# variant's), and keys that take one of a few values.
 CONFIG_SCHEMA = {
     "model.depth": "int",
     "model.growth_rate": "int",
@@ -41,125 +92,117 @@ CONFIG_SCHEMA = {
 }
 
 
-def build(config):
-    """Builds what `run` trains: the data and the compiled model.
+def build(config, initial_epoch=0):
+    """The compiled model and its data: what `run` trains, and what the
+    tools (compare, graph, preview) time, draw and show.
 
-    Returns:
-        An `Experiment`: the compiled model, its data and strategy.
+    Args:
+        initial_epoch: where a resumed run starts, so that its batches are
+            the ones an uninterrupted run trains on.
     """
-    model_config, train_config = config["model"], config["train"]
-    # Checked first, so that a wrong depth costs no data loading.
-    spec = _architecture(model_config)
-    # Seeds every random generator, the input pipeline's included, and sets
-    # the dtype policy, before anything is built; `strategy` is
-    # tf.distribute's (execution.strategy), a no-op by default.
-    strategy = _experiment.prepare(config)
+    model_config, train, execution = config["model"], config["train"], config["execution"]
+    # The DenseNet's depth, growth rate, bottleneck and compression:
+    # `model.variant` names the paper's, and the fields that are set override
+    # them. Checked first, so that a depth no DenseNet has costs no data loading.
+    try:
+        spec = variant_spec(model_config["variant"], depth=model_config["depth"],
+                            growth_rate=model_config["growth_rate"],
+                            bottleneck=model_config["bottleneck"],
+                            compression=model_config["compression"])
+    except ValueError as error:
+        raise data.ConfigError(f"model: {error}") from None
+    # Every random draw (weights, dropout, the shuffle, augmentation) from
+    # one seed, and the dtype policy, before anything is built.
+    keras.utils.set_random_seed(execution["seed"])
+    keras.mixed_precision.set_global_policy(execution["precision"])
 
     # ## Data
     # `data.augment` (pad-crop and flip for the paper) runs on training
     # batches only. One-hot labels, for label smoothing.
-    data = _data.load(config["data"], seed=config["execution"]["seed"],
-                      steps_per_epoch=train_config["steps_per_epoch"], one_hot=True,
-                      replicas=strategy.num_replicas_in_sync)
+    splits = data.load(config["data"], seed=execution["seed"], one_hot=True,
+                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch)
 
     # ## Model
-    # Under tf.distribute, variables made in the strategy's scope are
-    # mirrored on every replica: build and compile the model there.
-    with strategy.scope():
-        model = build_model(model_config, spec, data)
-
-        # ## Training setup
-        # train.schedule by name: step (the paper's), cosine or constant.
-        schedule = _experiment.learning_rate_schedule(
-            train_config, data.steps_per_epoch, _experiment.learning_rate(config, strategy))
-        optimizer = keras.optimizers.SGD(learning_rate=schedule,
-                                         momentum=train_config["momentum"], nesterov=True)
-        # One-hot labels (data above), so that they can be smoothed.
-        loss = keras.losses.CategoricalCrossentropy(label_smoothing=train_config["label_smoothing"])
-        # The execution mode is only a compile argument: op by op from Python
-        # (eager), one tf.function per step (graph), or compiled by XLA (xla).
-        mode = config["execution"]["mode"]
-        model.compile(
-            optimizer=optimizer,
-            loss=loss,
-            metrics=["accuracy"],
-            run_eagerly=mode == "eager",
-            jit_compile=mode == "xla",
-            steps_per_execution=config["execution"]["steps_per_execution"],
-        )
-    return Experiment(config, model, data, strategy)
-
-
-def _architecture(model_config):
-    """The DenseNet's depth, growth rate, bottleneck and compression:
-    `model.variant` names the paper's settings, and the fields that are set
-    override them.
-
-    Raises:
-        UserError: an unknown variant, or a depth no DenseNet has.
-    """
-    try:
-        return variant_spec(
-            model_config["variant"], depth=model_config["depth"],
-            growth_rate=model_config["growth_rate"],
-            bottleneck=model_config["bottleneck"],
-            compression=model_config["compression"])
-    except ValueError as error:
-        raise UserError(f"model: {error}") from None
-
-
-def build_model(model_config, spec, data):
-    """The DenseNet of `spec` for `data`, normalizing its input first; wrapped
-    in `models.AugmentedModel` when augmentation runs on the device."""
     # Per-channel normalization with the training images' statistics, as a
     # layer inside the model: a saved model takes plain [0, 1] images.
     # float32 under a mixed policy too: `adapt` sums float32 images.
     normalization = keras.layers.Normalization(axis=-1, dtype="float32", name="normalization")
-    normalization.adapt(_data.images(data.train_plain))
-    model = models.densenet(
-        data.input_shape, data.num_classes, **spec,
-        dropout=model_config["dropout"],
-        batch_norm=model_config["batch_norm"],
-        weight_decay=model_config["weight_decay"],  # an L2 penalty in each kernel
-        batch_norm_momentum=model_config["batch_norm_momentum"],
-        normalization=normalization,
-        api=model_config["api"],
-    )
-    # Augmentation placed on the device runs inside fit's training step.
-    if data.augment_on == "device":
-        model = models.AugmentedModel(model, data.augment)
-    return model
+    normalization.adapt(data.images(splits.train_plain))
+    model = densenet(splits.input_shape, splits.num_classes, **spec,
+                     dropout=model_config["dropout"], batch_norm=model_config["batch_norm"],
+                     weight_decay=model_config["weight_decay"],  # an L2 penalty in each kernel
+                     batch_norm_momentum=model_config["batch_norm_momentum"],
+                     normalization=normalization, api=model_config["api"])
+    if splits.augment_on == "device":  # data.augment inside fit's training step
+        model = data.AugmentedModel(model, splits.augment)
+
+    # ## Training setup
+    optimizer = keras.optimizers.SGD(learning_rate=_schedule(train, splits.steps_per_epoch),
+                                     momentum=train["momentum"], nesterov=True)
+    # One-hot labels (data above), so that they can be smoothed.
+    loss = keras.losses.CategoricalCrossentropy(label_smoothing=train["label_smoothing"])
+    # The execution mode is only a compile argument: op by op from Python
+    # (eager), one tf.function per step (graph), or compiled by XLA (xla).
+    mode = execution["mode"]
+    model.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"],
+                  run_eagerly=mode == "eager", jit_compile=mode == "xla",
+                  steps_per_execution=execution["steps_per_execution"])
+    return SimpleNamespace(model=model, data=splits)
 
 
-def run(config):
-    """Trains and evaluates the model that `config` describes.
+def _schedule(train, steps_per_epoch):
+    """The learning rate per optimizer step that `train.schedule` names, over
+    the whole run (the optimizer counts its steps, which a resumed run
+    restores): `step`, the paper's, divides it by 10 at 50% and again at 75%;
+    `cosine` decays it to 0 after `train.warmup_epochs` of linear rise from
+    0; `constant` keeps it, after the same rise."""
+    lr, total = train["lr"], train["epochs"] * steps_per_epoch
+    if train["schedule"] == "step":
+        # The rate moves on once `step` passes a boundary; step n is the (n+1)th.
+        return keras.optimizers.schedules.PiecewiseConstantDecay(
+            boundaries=[total // 2 - 1, total * 3 // 4 - 1], values=[lr, lr / 10, lr / 100])
+    warmup = train["warmup_epochs"] * steps_per_epoch
+    if train["schedule"] == "constant" and not warmup:
+        return lr
+    # alpha is the floor of the decay, as a fraction of lr: 1 keeps it constant.
+    return keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=0.0 if warmup else lr, decay_steps=total - warmup,
+        alpha=1.0 if train["schedule"] == "constant" else 0.0,
+        warmup_target=lr if warmup else None, warmup_steps=warmup)
+
+
+def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
+    """Trains the model `config` describes, writing into `run_dir`, and
+    evaluates it on the test split.
+
+    Args:
+        extra_callbacks: more callbacks for `fit` (the harness's).
+        initial_epoch: the epoch a resumed run starts at (`build`'s).
+        verbose: `fit`'s.
 
     Returns:
-        The run's metrics, also written to `<run dir>/metrics.json`.
+        The model, its data, the Timing callback and the `test` metrics.
     """
-    experiment = build(config)
-    model, data = experiment.model, experiment.data
-    if config["run"]["verbose"]:
-        model.summary()
+    experiment = build(config, initial_epoch)
+    model, splits, run_dir = experiment.model, experiment.data, Path(run_dir)
 
     # ## Training
-    # runs/NAME/<timestamp>, or run.dir's earlier run to resume it: the
-    # resolved config.yaml, history.csv, TensorBoard logs and the backup.
-    run_dir = experiment.open_run_dir()
-    # Timing first, so that the logs record its step time, images/s and input
-    # wait; then standard_callbacks: ExecutionModeCheck, DivergenceStop,
-    # CSVLogger and, as callbacks.* asks, TensorBoard, GraphWriter,
-    # Diagnostics and ModelCheckpoint; BackupAndRestore last.
-    timing = Timing(batch_size=data.batch_size)
-    callbacks = [timing, *_experiment.standard_callbacks(config, run_dir, data)]
-    model.fit(
-        timing.instrument(data.train),
-        validation_data=data.validation,
-        epochs=config["train"]["epochs"],
-        steps_per_epoch=data.steps_per_epoch,
-        callbacks=callbacks,
-        verbose=_experiment.fit_verbose(config),
-    )
+    timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
+    callbacks = [
+        *extra_callbacks,  # the harness's, when it runs this recipe: its checks come first
+        timing,
+        keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
+        # Scalars for `tensorboard --logdir runs`, written through TensorFlow.
+        *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if data.HAS_TENSORFLOW else []),
+        keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
+        # The whole training state after each epoch, and the one before: run
+        # again with the same run_dir, training goes on from the last epoch.
+        keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
+                                         delete_checkpoint=False),
+    ]
+    model.fit(timing.instrument(splits.train), validation_data=splits.validation,
+              epochs=config["train"]["epochs"], steps_per_epoch=splits.steps_per_epoch,
+              callbacks=callbacks, verbose=verbose)
 
     # ## Evaluation
     # With model.test_time_flip, each image's prediction is the mean of the
@@ -167,9 +210,28 @@ def run(config):
     evaluated = model
     if config["model"]["test_time_flip"]:
         mode = config["execution"]["mode"]
-        with experiment.strategy.scope():
-            evaluated = models.flip_averaged(models.network_of(model))
-            evaluated.compile(loss=model.loss, metrics=["accuracy"],
-                              run_eagerly=mode == "eager", jit_compile=mode == "xla")
-    test_metrics = evaluated.evaluate(data.test, return_dict=True, verbose=0)
-    return experiment.finish(test_metrics, timing)
+        evaluated = flip_averaged(data.network_of(model))
+        evaluated.compile(loss=model.loss, metrics=["accuracy"],
+                          run_eagerly=mode == "eager", jit_compile=mode == "xla")
+    experiment.test = evaluated.evaluate(splits.test, return_dict=True, verbose=0)
+    experiment.timing = timing
+    return experiment
+
+
+def flip_averaged(network):
+    """`network` predicting the mean of its predictions on each image and on
+    the image flipped left to right: a mirrored photograph is as likely as
+    the original, and the two predictions err differently. It shares
+    `network`'s weights."""
+    images = keras.Input(shape=network.input_shape[1:], name="image")
+    mirrored = ops.flip(images, axis=2)  # axis 2 is the width
+    mean = (ops.cast(network(images), "float32") + ops.cast(network(mirrored), "float32")) / 2
+    return keras.Model(images, mean, name=f"{network.name}_flip_averaged")
+
+
+if __name__ == "__main__":  # python densenet_cifar100.py key=value ...
+    for key, value in (item.split("=", 1) for item in sys.argv[1:]):
+        section, name = key.split(".")
+        CONFIG[section][name] = yaml.safe_load(value)
+    result = run(CONFIG, Path("runs", "densenet_cifar100", time.strftime("%Y%m%d-%H%M%S")))
+    print("test:", result.test)

@@ -7,13 +7,13 @@ on a DenseNet (`models/densenet_whitened.py`: every layer of a block reads
 the concatenation of all earlier ones):
 
 - a first layer of frozen filters that whiten 2x2 patches, fitted to the
-  training images (`models.PatchWhitening`), and identity-initialized
-  convolutions (`models.PartialIdentity`);
+  training images (`PatchWhitening`), and identity-initialized
+  convolutions (`PartialIdentity`);
 - batch 1024, Nesterov SGD with momentum 0.85, a triangular learning rate
-  (`models.PiecewiseLinear`), the batch norms' offsets at 64x the learning
+  (`PiecewiseLinear`, below), the batch norms' offsets at 64x the learning
   rate (`keras.optimizers.MultiOptimizer`), label smoothing 0.2;
 - Lookahead: from the fourth epoch, every 5 steps the weights move to their
-  moving average (`callbacks.Lookahead`);
+  moving average (`Lookahead`, below);
 - 2-pixel translations with reflected edges and flips;
 - a final prediction averaged over six views of each image: mirror x
   {no shift, one pixel up-left, one down-right}.
@@ -28,169 +28,321 @@ epochs buy little. Not yet airbench's 94%: docs/cpu-hour.md says what was
 measured and what differs.
 
     make recipe NAME=densenet_cifar10_cpu ARGS="data.source=folder data.path=DATA"
+
+airbench keeps its whole method in one file; so does this recipe, but for
+the network, whose module holds its layers and the test-time views. Copy it
+out: this file, with models/densenet_whitened.py, recipes/data.py and
+callbacks/timing.py in those folders beside it, trains on its own:
+
+    python densenet_cifar10_cpu.py data.source=synthetic train.epochs=1
 """
+
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import keras
 import numpy as np
+import yaml
+from keras import ops
 
-import models
-from callbacks import Lookahead, Timing
-from recipes import _data, _experiment
-from recipes._experiment import Experiment
+from callbacks.timing import Timing
+from models.densenet_whitened import densenet_whitened, test_time_views, view_metrics
+from recipes import data
 
-# Keys of configs/densenet_cifar10_cpu.yaml with a few allowed values. Read
-# without importing this module (recipes/_config.py), so it stays a literal.
+# What this recipe trains with, each value with its reason; `key=value` on
+# the command line overrides any of them. The data section's other keys
+# (data.source: tfds, a folder or synthetic images) are recipes/data.py's.
+CONFIG = {
+    "data": {
+        "name": "cifar10",
+        "batch_size": 1024,  # airbench's: few, large steps use the CPU's wide kernels well
+        "augment": ["flip", {"pad_crop": {"padding": 2, "fill": "reflect"}}],  # airbench's 2-pixel translations, edges reflected
+        "augment_engine": "keras",  # Keras core's layers: seeded per epoch, so a resumed run is exact (keras-cv's are not)
+    },
+    "model": {
+        "widths": [64, 192, 192],  # each block's first convolution (airbench94: 64, 256, 256)
+        "growth_rates": [64, 192, 192],  # maps each dense layer adds
+        "layers_per_block": 1,  # dense layers after each block's first convolution
+        "dense_connections": True,  # False, with widths = growth_rates = [64, 256, 256]: airbench94's own network, a control
+        "batch_norm_momentum": 0.6,  # airbench's (Torch's 0.4)
+        "fused_batch_norm": True,  # one TensorFlow kernel per batch norm; False: Keras' layer
+        "fused_activation": True,  # XLA fuses each GELU's element-wise ops; False: Keras' layer
+        "weight_decay": 1.33e-3,  # airbench's 0.0153 per 1024 examples, coupled L2 on a mean loss
+        "whitening": True,  # False: an ordinary trainable first convolution
+        "whitening_images": 5000,  # training images the whitening filters are fitted to
+        "identity_init": True,  # False: every convolution filter drawn at random
+        "test_time_views": 6,  # 1, 2 (mirror) or 6 (mirror x three shifts)
+        "test_time_average": "probabilities",  # or logits, airbench's: the softmax of the views' mean logit
+    },
+    "train": {
+        "epochs": 20,  # airbench94 trains 9.9 on 50,000 images
+        "steps_per_epoch": None,  # None: one pass over the training images
+        "lr": 1.5,  # airbench's 11.5 per 1024 examples over 1 + 1/(1 - momentum), on a mean loss
+        "schedule": "triangle",  # 0.2 x lr up to lr at 23% of the steps, then down to 0.07 x lr
+        "momentum": 0.85,  # Nesterov
+        "bias_lr_scale": 64.0,  # batch norm's offsets learn 64x faster
+        "label_smoothing": 0.2,
+        "whitening_bias_epochs": 3,  # the whitening layer's bias trains this many epochs, then stops
+        "lookahead_start_epoch": 3,  # the weights move to their average every 5 steps from this epoch on
+    },
+    "execution": {
+        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: Keras' default
+        "precision": "mixed_bfloat16",  # needs AVX512_BF16 (grep avx512_bf16 /proc/cpuinfo); elsewhere use float32
+        "onednn": True,  # oneDNN's kernels, set before TensorFlow starts (by the harness; a copied file: TF_ENABLE_ONEDNN_OPTS=1)
+        "seed": 0,
+        "steps_per_execution": 1,
+    },
+}
+# Keys of CONFIG that take one of a few values.
 CONFIG_SCHEMA = {"model.test_time_views": [1, 2, 6],
                  "model.test_time_average": ["probabilities", "logits"],
                  "train.schedule": ["triangle"]}
 
 
-def build(config):
-    """Builds what `run` trains: the data and the compiled model.
+def build(config, initial_epoch=0):
+    """The compiled model and its data: what `run` trains, and what the
+    tools (compare, graph, profile) time, draw and profile.
 
-    Returns:
-        An `Experiment`: the compiled model, its data and strategy.
+    Args:
+        initial_epoch: where a resumed run starts, so that its batches are
+            the ones an uninterrupted run trains on.
     """
-    model_config, train_config = config["model"], config["train"]
-    # Seeds every random generator and sets the dtype policy first.
-    strategy = _experiment.prepare(config)
+    model_config, train, execution = config["model"], config["train"], config["execution"]
+    # Every random draw from one seed, and the dtype policy, before anything is built.
+    keras.utils.set_random_seed(execution["seed"])
+    keras.mixed_precision.set_global_policy(execution["precision"])
 
     # ## Data
     # `data.augment`: flips and 2-pixel translations with reflected edges.
     # One-hot labels, for label smoothing.
-    data = _data.load(config["data"], seed=config["execution"]["seed"],
-                      steps_per_epoch=train_config["steps_per_epoch"], one_hot=True,
-                      replicas=strategy.num_replicas_in_sync)
+    splits = data.load(config["data"], seed=execution["seed"], one_hot=True,
+                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch)
 
     # ## Model
-    with strategy.scope():
-        model = build_model(model_config, train_config, data)
-
-        # ## Training setup
-        optimizer = _optimizer(train_config, data.steps_per_epoch,
-                               _experiment.learning_rate(config, strategy))
-        mode = config["execution"]["mode"]
-        model.compile(
-            optimizer=optimizer,
-            loss=keras.losses.CategoricalCrossentropy(
-                label_smoothing=train_config["label_smoothing"]),
-            metrics=["accuracy"],
-            run_eagerly=mode == "eager",
-            jit_compile=mode == "xla",
-            steps_per_execution=config["execution"]["steps_per_execution"],
-        )
-    return Experiment(config, model, data, strategy)
-
-
-def build_model(model_config, train_config, data):
-    """The whitened DenseNet for `data`, normalizing its input first; wrapped
-    in `models.AugmentedModel` when augmentation runs on the device."""
     # Per-channel normalization with the training images' statistics,
     # inside the model: a saved model takes plain [0, 1] images.
     normalization = keras.layers.Normalization(axis=-1, dtype="float32", name="normalization")
-    normalization.adapt(_data.images(data.train_plain))
+    normalization.adapt(data.images(splits.train_plain))
     # The whitening filters are fitted to a few thousand normalized
     # training images, before any training.
-    sample = _first_images(data.train_plain, model_config["whitening_images"])
-    network = models.densenet_whitened(
-        data.input_shape, data.num_classes,
-        whitening_images=keras.ops.convert_to_numpy(normalization(sample)),
+    sample = data.first_images(splits.train_plain, model_config["whitening_images"])
+    model = densenet_whitened(
+        splits.input_shape, splits.num_classes,
+        whitening_images=ops.convert_to_numpy(normalization(sample)),
         widths=model_config["widths"], growth_rates=model_config["growth_rates"],
         layers_per_block=model_config["layers_per_block"],
-        dense_connections=model_config["dense_connections"],
-        normalization=normalization,
+        dense_connections=model_config["dense_connections"], normalization=normalization,
         whitening=model_config["whitening"], identity_init=model_config["identity_init"],
         batch_norm_momentum=model_config["batch_norm_momentum"],
         fused_batch_norm=model_config["fused_batch_norm"],
         fused_activation=model_config["fused_activation"],
         weight_decay=model_config["weight_decay"],
         # The offsets train at bias_lr_scale x the rate: the same decay per step.
-        beta_weight_decay=model_config["weight_decay"] / train_config["bias_lr_scale"],
-    )
-    return models.AugmentedModel(network, data.augment) if data.augment_on == "device" else network
+        beta_weight_decay=model_config["weight_decay"] / train["bias_lr_scale"])
+    if splits.augment_on == "device":  # data.augment inside fit's training step
+        model = data.AugmentedModel(model, splits.augment)
+
+    # ## Training setup
+    mode = execution["mode"]
+    model.compile(
+        optimizer=_optimizer(train, splits.steps_per_epoch),
+        loss=keras.losses.CategoricalCrossentropy(label_smoothing=train["label_smoothing"]),
+        metrics=["accuracy"], run_eagerly=mode == "eager", jit_compile=mode == "xla",
+        steps_per_execution=execution["steps_per_execution"])
+    return SimpleNamespace(model=model, data=splits)
 
 
-def _optimizer(train_config, steps_per_epoch, lr):
+def _optimizer(train, steps_per_epoch):
     """Nesterov SGD on a triangle: from 0.2 x lr up to lr at 23% of the
-    steps, down to 0.07 x lr."""
-    total = train_config["epochs"] * steps_per_epoch
+    steps, down to 0.07 x lr. Batch norm's offsets at `bias_lr_scale` x the
+    rate (airbench's 64); the whitening layer's bias stops training after
+    `whitening_bias_epochs`."""
+    total, lr = train["epochs"] * steps_per_epoch, train["lr"]
     top = max(1, round(0.23 * total))  # a step of its own, however short the run
 
     def sgd(peak, stop=None):
-        schedule = models.PiecewiseLinear([0, top, max(total, top + 1)],
-                                          [0.2 * peak, peak, 0.07 * peak], stop=stop)
-        return keras.optimizers.SGD(schedule, momentum=train_config["momentum"], nesterov=True)
+        schedule = PiecewiseLinear([0, top, max(total, top + 1)],
+                                   [0.2 * peak, peak, 0.07 * peak], stop=stop)
+        return keras.optimizers.SGD(schedule, momentum=train["momentum"], nesterov=True)
 
-    # Batch norm's offsets at bias_lr_scale x the learning rate (airbench's
-    # 64); the whitening layer's bias stops training after a few epochs.
-    stop = train_config["whitening_bias_epochs"] * steps_per_epoch
+    stop = train["whitening_bias_epochs"] * steps_per_epoch
     return keras.optimizers.MultiOptimizer(keras.optimizers.OptimizerMap(
-        sgd(lr), {".*_bn/beta": sgd(lr * train_config["bias_lr_scale"]),
+        sgd(lr), {".*_bn/beta": sgd(lr * train["bias_lr_scale"]),
                   "whitening/bias": sgd(lr, stop=stop)}))
 
 
-def _first_images(batches, count):
-    """The first `count` images of a split's ordered batches, as one array."""
-    images = _data.images(batches)  # an array, or a tf.data.Dataset of image batches
-    if isinstance(images, np.ndarray):
-        return images[:count]
-    return np.asarray(next(iter(images.unbatch().take(count).batch(count))))
+@keras.saving.register_keras_serializable(package="recipes")
+class PiecewiseLinear(keras.optimizers.schedules.LearningRateSchedule):
+    """The learning rate interpolated linearly between `(step, value)` points,
+    and held at the last value after the last point.
+
+    Keras has `PiecewiseConstantDecay` (steps) and warm-up plus cosine decay,
+    not this. cifar10-airbench's schedule is a triangle: from 0.2 of the peak
+    up to the peak at 23% of the steps, then down to 0.07 of it at the end.
+
+    Args:
+        steps: the points' optimizer steps, increasing, the first 0.
+        values: the learning rate at each point.
+        stop: from this step on, the rate is 0 (airbench stops training its
+            whitening layer's bias after 3 epochs); None never stops.
+    """
+
+    def __init__(self, steps, values, stop=None):
+        steps, values = [int(s) for s in steps], [float(v) for v in values]
+        if (len(steps) != len(values) or len(steps) < 2 or steps[0] != 0
+                or any(b <= a for a, b in zip(steps, steps[1:]))):
+            raise ValueError("PiecewiseLinear needs two or more points with increasing steps "
+                             f"from 0, received: steps={steps}, values={values}")
+        self.steps, self.values, self.stop = steps, values, stop
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        rate = ops.convert_to_tensor(self.values[-1], "float32")
+        # From the last segment back, so that the segment `step` is in wins.
+        for start, end, low, high in reversed(list(zip(self.steps, self.steps[1:],
+                                                       self.values, self.values[1:]))):
+            along = (step - start) / (end - start)
+            rate = ops.where(step < end, low + (high - low) * along, rate)
+        return rate if self.stop is None else ops.where(step < self.stop, rate, 0.0)
+
+    def get_config(self):
+        return {"steps": self.steps, "values": self.values, "stop": self.stop}
 
 
-def run(config):
-    """Trains and evaluates the model that `config` describes.
+class Lookahead(keras.callbacks.Callback):
+    """Keeps an exponential moving average of the model's weights and, every
+    `every` steps, moves the weights to it: the Lookahead optimizer's
+    "slow weights", as cifar10-airbench does it.
+
+    The average's decay grows over training, `decay ** every * (step /
+    total_steps) ** power`: early on it follows the weights closely, at the
+    end it averages strongly. It starts at `start_epoch`; batch-norm moving
+    statistics are averaged too (every float weight is). On the last step of
+    each epoch the weights become the average, so that validation, the
+    checkpoints and the backup all see the averaged model. Keras'
+    `use_ema=True, ema_overwrite_frequency=N` on an optimizer is close, but
+    its decay is constant and it leaves batch norm's statistics alone.
+
+    A resumed run is exact: at every epoch's end the weights equal the
+    average, which is all the state there is, so a process that starts at an
+    epoch boundary starts the average from the restored weights.
+
+    Args:
+        total_steps: the run's training steps (epochs x steps per epoch).
+        start_epoch: the first epoch that averages (0-based).
+        every: steps between two updates.
+        decay: the per-step decay at the end of training.
+        power: how the decay grows with the fraction of training done.
+    """
+
+    def __init__(self, total_steps, start_epoch=3, every=5, decay=0.95, power=3.0):
+        super().__init__()
+        if total_steps < 1 or every < 1 or start_epoch < 0 or not 0 < decay < 1:
+            raise ValueError("Lookahead needs total_steps >= 1, every >= 1, start_epoch >= 0 "
+                             f"and 0 < decay < 1, received: total_steps={total_steps}, "
+                             f"every={every}, start_epoch={start_epoch}, decay={decay}")
+        self.total_steps, self.start_epoch, self.every = total_steps, start_epoch, every
+        self.decay, self.power = decay, power
+        self.epoch, self.average = 0, None  # the average: a list of arrays, None before start_epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+        if epoch >= self.start_epoch and self.average is None:
+            self.average = [np.array(w.numpy()) for w in self._weights()]
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.average is None:
+            return
+        steps = self.params["steps"]
+        step = self.epoch * steps + batch + 1  # counted from the run's start
+        if step % self.every == 0:
+            self._update(self.rate(step))
+        if batch + 1 == steps:
+            self._update(1.0)  # the weights become the average
+
+    def rate(self, step):
+        """The average's decay at `step`: how much of the old average it keeps."""
+        return self.decay ** self.every * (step / self.total_steps) ** self.power
+
+    def _weights(self):
+        return [w for w in self.model.weights if "float" in str(w.dtype)]
+
+    def _update(self, keep):
+        for average, weight in zip(self.average, self._weights()):
+            average += (1.0 - keep) * (weight.numpy() - average)
+            weight.assign(average)
+
+
+def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
+    """Trains the model `config` describes, writing into `run_dir`, and
+    evaluates it on the test split over 1, 2 and 6 views of each image.
+
+    Args:
+        extra_callbacks: more callbacks for `fit` (the harness's).
+        initial_epoch: the epoch a resumed run starts at (`build`'s).
+        verbose: `fit`'s.
 
     Returns:
-        The run's metrics, also written to `<run dir>/metrics.json`.
+        The model, its data, the Timing callback and the `test` metrics of
+        `model.test_time_views` views.
     """
-    experiment = build(config)
-    model, data, train_config = experiment.model, experiment.data, config["train"]
-    if config["run"]["verbose"]:
-        model.summary()
+    experiment = build(config, initial_epoch)
+    model, splits, run_dir = experiment.model, experiment.data, Path(run_dir)
+    train = config["train"]
 
     # ## Training
-    run_dir = experiment.open_run_dir()
-    timing = Timing(batch_size=data.batch_size)
-    # Lookahead before the standard callbacks: the checkpoints, the logs and
-    # the backup record the averaged weights.
-    lookahead = Lookahead(total_steps=train_config["epochs"] * data.steps_per_epoch,
-                          start_epoch=train_config["lookahead_start_epoch"])
-    callbacks = [timing, lookahead, *_experiment.standard_callbacks(config, run_dir, data)]
-    model.fit(
-        timing.instrument(data.train),
-        validation_data=data.validation,
-        epochs=train_config["epochs"],
-        steps_per_epoch=data.steps_per_epoch,
-        callbacks=callbacks,
-        verbose=_experiment.fit_verbose(config),
-    )
+    timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
+    callbacks = [
+        *extra_callbacks,  # the harness's, when it runs this recipe: its checks come first
+        timing,
+        # Before the logs, the checkpoints and the backup: they record the averaged weights.
+        Lookahead(total_steps=train["epochs"] * splits.steps_per_epoch,
+                  start_epoch=train["lookahead_start_epoch"]),
+        keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
+        # Scalars for `tensorboard --logdir runs`, written through TensorFlow.
+        *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if data.HAS_TENSORFLOW else []),
+        keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
+        # The whole training state after each epoch, and the one before: run
+        # again with the same run_dir, training goes on from the last epoch.
+        keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
+                                         delete_checkpoint=False),
+    ]
+    model.fit(timing.instrument(splits.train), validation_data=splits.validation,
+              epochs=train["epochs"], steps_per_epoch=splits.steps_per_epoch,
+              callbacks=callbacks, verbose=verbose)
 
     # ## Evaluation
     # The mean prediction over 1, 2 (mirror) or 6 views (mirror x three
-    # shifts), of probabilities or of logits (model.test_time_average):
-    # model.test_time_views is the one reported; the line printed gives all
-    # three, and six views with the other average, to show what each buys.
+    # shifts), of probabilities or of logits (model.test_time_average), from
+    # one prediction of every view: model.test_time_views is the one
+    # reported; the line printed gives all three, and six views with the
+    # other average, to show what each buys.
     average = config["model"]["test_time_average"]
     other = {"probabilities": "logits", "logits": "probabilities"}[average]
-    metrics = _evaluate_views(experiment, [(1, average), (2, average), (6, average), (6, other)])
+    mode = config["execution"]["mode"]
+    network = data.network_of(model)
+    every_view = test_time_views(network, translate=True)
+    every_view.compile(run_eagerly=mode == "eager", jit_compile=mode == "xla")
+    predictions = every_view.predict(splits.test, verbose=0)
+    labels = np.concatenate([np.asarray(labels) for _, labels in splits.test])
+    regularization = sum(float(loss) for loss in network.losses)
+    metrics = {(views, kind): view_metrics(predictions, labels, views, kind, model.loss,
+                                           regularization)
+               for views, kind in [(1, average), (2, average), (6, average), (6, other)]}
     print("test-time views: " + ", ".join(f"{views} {metrics[views, average]['accuracy']:.4f}"
                                           for views in (1, 2, 6))
           + f" ({average} averaged); 6 with {other} averaged "
           + f"{metrics[6, other]['accuracy']:.4f}", flush=True)
-    return experiment.finish(metrics[config["model"]["test_time_views"], average], timing)
+    experiment.test = metrics[config["model"]["test_time_views"], average]
+    experiment.timing = timing
+    return experiment
 
 
-def _evaluate_views(experiment, wanted):
-    """{(views, average): `evaluate`'s metrics on the test split} for each
-    pair in `wanted`, from one prediction of the six views of each image."""
-    model, mode = experiment.model, experiment.config["execution"]["mode"]
-    network = models.network_of(model)
-    with experiment.strategy.scope():
-        every_view = models.test_time_views(network, translate=True)
-        every_view.compile(run_eagerly=mode == "eager", jit_compile=mode == "xla")
-    predictions = every_view.predict(experiment.data.test, verbose=0)
-    labels = np.concatenate([np.asarray(labels) for _, labels in experiment.data.test])
-    regularization = sum(float(loss) for loss in network.losses)
-    return {(views, average): models.view_metrics(predictions, labels, views, average,
-                                                  model.loss, regularization)
-            for views, average in wanted}
+if __name__ == "__main__":  # python densenet_cifar10_cpu.py key=value ...
+    for key, value in (item.split("=", 1) for item in sys.argv[1:]):
+        section, name = key.split(".")
+        CONFIG[section][name] = yaml.safe_load(value)
+    result = run(CONFIG, Path("runs", "densenet_cifar10_cpu", time.strftime("%Y%m%d-%H%M%S")))
+    print("test:", result.test)

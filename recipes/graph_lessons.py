@@ -22,19 +22,47 @@ commands; docs/tf-function.md has them and the timings.
 
     make recipe NAME=graph_lessons
     make compare NAME=graph_lessons ARGS="modes=eager,graph,loop_eager,loop_function,loop_epoch"
+
+Copy it out: this file, with models/rnn.py, recipes/data.py and
+callbacks/timing.py in those folders beside it, runs on its own:
+
+    python graph_lessons.py data.source=synthetic train.epochs=1
 """
 
 import contextlib
 import io
 import json
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import keras
 import tensorflow as tf
+import yaml
 
-import models
-from callbacks import Timing
-from recipes import _data, _experiment
-from recipes._experiment import Experiment
+from callbacks.timing import Timing
+from models.rnn import row_lstm
+from recipes import data
+
+# What this recipe trains with, each value with its reason; `key=value` on
+# the command line overrides any of them. The data section's other keys
+# (data.source: tfds, a folder or synthetic images) are recipes/data.py's.
+CONFIG = {
+    "data": {"name": "mnist", "batch_size": 128},
+    "model": {"units": 128},  # the LSTM's state size
+    "train": {
+        "epochs": 5,
+        "steps_per_epoch": None,  # None: one pass over the training images
+        "lr": 1.0e-3,  # Adam's default rate
+    },
+    "execution": {
+        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: Keras' default
+        "precision": "float32",  # or mixed_bfloat16, mixed_float16
+        "seed": 0,
+        "steps_per_execution": 1,
+    },
+}
 
 
 # ## Lesson 1: retracing
@@ -164,57 +192,56 @@ def report(lessons):
 # ## The model: an LSTM stepped in Python
 
 
-def build(config):
-    """Builds what `run` trains: the data and the compiled model.
+def build(config, initial_epoch=0):
+    """The compiled model and its data: what `run` trains, and what the
+    tools (compare, graph) time and draw.
 
-    Returns:
-        An `Experiment`: the compiled model, its data and strategy.
+    Args:
+        initial_epoch: where a resumed run starts, so that its batches are
+            the ones an uninterrupted run trains on.
     """
-    strategy = _experiment.prepare(config)  # tf.distribute's, a no-op by default
+    train, execution = config["train"], config["execution"]
+    keras.utils.set_random_seed(execution["seed"])
+    keras.mixed_precision.set_global_policy(execution["precision"])
 
     # ## Data
     # MNIST's 28 rows of 28 pixels are 28 time steps of 28 features.
-    data = _data.load(config["data"], seed=config["execution"]["seed"],
-                      steps_per_epoch=config["train"]["steps_per_epoch"],
-                      replicas=strategy.num_replicas_in_sync)
+    splits = data.load(config["data"], seed=execution["seed"],
+                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch)
 
     # ## Model
-    # Built and compiled in the strategy's scope: mirrored under tf.distribute.
-    with strategy.scope():
-        model = models.row_lstm(data.input_shape, data.num_classes, units=config["model"]["units"])
-        if data.augment_on == "device":
-            model = models.AugmentedModel(model, data.augment)
+    model = row_lstm(splits.input_shape, splits.num_classes, units=config["model"]["units"])
+    if splits.augment_on == "device":  # data.augment inside fit's training step
+        model = data.AugmentedModel(model, splits.augment)
 
-        # ## Training setup
-        optimizer = keras.optimizers.Adam(learning_rate=_experiment.learning_rate(config, strategy))
-        # Class indices, or one-hot labels once MixUp or CutMix blend them.
-        loss = (keras.losses.CategoricalCrossentropy() if data.one_hot
-                else keras.losses.SparseCategoricalCrossentropy())
-        # The execution mode is only a compile argument: op by op from Python
-        # (eager), one tf.function per step (graph), or compiled by XLA (xla).
-        mode = config["execution"]["mode"]
-        model.compile(
-            optimizer=optimizer,
-            loss=loss,
-            metrics=["accuracy"],
-            run_eagerly=mode == "eager",
-            jit_compile=mode == "xla",
-            steps_per_execution=config["execution"]["steps_per_execution"],
-        )
-    return Experiment(config, model, data, strategy)
+    # ## Training setup
+    optimizer = keras.optimizers.Adam(learning_rate=train["lr"])
+    # Class indices, or one-hot labels once MixUp or CutMix blend them.
+    loss = (keras.losses.CategoricalCrossentropy() if splits.one_hot
+            else keras.losses.SparseCategoricalCrossentropy())
+    # The execution mode is only a compile argument: op by op from Python
+    # (eager), one tf.function per step (graph), or compiled by XLA (xla).
+    mode = execution["mode"]
+    model.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"],
+                  run_eagerly=mode == "eager", jit_compile=mode == "xla",
+                  steps_per_execution=execution["steps_per_execution"])
+    return SimpleNamespace(model=model, data=splits)
 
 
-def run(config):
-    """Runs the lessons, then trains and evaluates the model.
+def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
+    """Runs the lessons, writing what they showed to `run_dir/lessons.json`,
+    then trains the model, writing into `run_dir`, and evaluates it.
+
+    Args:
+        extra_callbacks: more callbacks for `fit` (the harness's).
+        initial_epoch: the epoch a resumed run starts at (`build`'s).
+        verbose: `fit`'s.
 
     Returns:
-        The run's metrics, also written to `<run dir>/metrics.json`; the
-        lessons' results are in `<run dir>/lessons.json`.
+        The model, its data, the Timing callback and the `test` metrics.
     """
-    experiment = build(config)
-    model, data = experiment.model, experiment.data
-    # runs/NAME/<timestamp>, or run.dir's earlier run to resume it.
-    run_dir = experiment.open_run_dir()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
     log_path = run_dir / "tf_print.log"
     log_path.write_text("")
     lessons = {"retracing": retracing(), "printing": printing(log_path),
@@ -222,21 +249,35 @@ def run(config):
     (run_dir / "lessons.json").write_text(json.dumps(lessons, indent=2) + "\n")
     print(report(lessons), flush=True)
 
+    experiment = build(config, initial_epoch)
+    model, splits = experiment.model, experiment.data
+
     # ## Training
-    # Timing first, so that the logs record its numbers; then the standard
-    # callbacks (ExecutionModeCheck, DivergenceStop, CSVLogger, ...,
-    # BackupAndRestore last).
-    timing = Timing(batch_size=data.batch_size)
-    callbacks = [timing, *_experiment.standard_callbacks(config, run_dir, data)]
-    model.fit(
-        timing.instrument(data.train),
-        validation_data=data.validation,
-        epochs=config["train"]["epochs"],
-        steps_per_epoch=data.steps_per_epoch,
-        callbacks=callbacks,
-        verbose=_experiment.fit_verbose(config),
-    )
+    timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
+    callbacks = [
+        *extra_callbacks,  # the harness's, when it runs this recipe: its checks come first
+        timing,
+        keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
+        keras.callbacks.TensorBoard(run_dir / "tensorboard"),  # tensorboard --logdir runs
+        keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
+        # The whole training state after each epoch: run again with the same
+        # run_dir, training goes on from the last finished epoch.
+        keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
+                                         delete_checkpoint=False),
+    ]
+    model.fit(timing.instrument(splits.train), validation_data=splits.validation,
+              epochs=config["train"]["epochs"], steps_per_epoch=splits.steps_per_epoch,
+              callbacks=callbacks, verbose=verbose)
 
     # ## Evaluation
-    test_metrics = model.evaluate(data.test, return_dict=True, verbose=0)
-    return experiment.finish(test_metrics, timing)
+    experiment.test = model.evaluate(splits.test, return_dict=True, verbose=0)
+    experiment.timing = timing
+    return experiment
+
+
+if __name__ == "__main__":  # python graph_lessons.py key=value ...
+    for key, value in (item.split("=", 1) for item in sys.argv[1:]):
+        section, name = key.split(".")
+        CONFIG[section][name] = yaml.safe_load(value)
+    result = run(CONFIG, Path("runs", "graph_lessons", time.strftime("%Y%m%d-%H%M%S")))
+    print("test:", result.test)

@@ -5,7 +5,8 @@ Storing Activations" (arXiv 1707.04585): RevNet-38, -110 and -164 reach
 93.1%, 94.0% and 94.6% on CIFAR-10 and 71.2%, 74.0% and 76.4% on CIFAR-100
 (`revnet_cifar100` runs this code on it). The protocol of the TensorFlow
 RevNet example: SGD with momentum 0.9, batch 100, learning rate 0.1 divided
-by 10 after 40,000 and 60,000 of 80,000 steps, weight decay 2e-4, pad-4 crops
+by 10 after 40,000 and 60,000 of 80,000 steps (half and three quarters of
+the run), weight decay 2e-4, pad-4 crops
 and flips. Its accuracy is not measured here: that takes a GPU for hours,
 and no GPU that runs TensorFlow has been available.
 
@@ -20,123 +21,164 @@ docs/revnet.md).
     make recipe NAME=revnet_cifar10
     make recipe NAME=revnet_cifar100 ARGS="model.variant=revnet110"
     make memory NAME=revnet_cifar10
+
+Copy it out: this file, with models/revnet.py, recipes/data.py and
+callbacks/timing.py in those folders beside it, trains on its own:
+
+    python revnet_cifar10.py data.source=synthetic train.epochs=1 model.variant=revnet38
 """
 
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
 import keras
+import yaml
 
-import models
-from callbacks import Timing
-from models.revnet import variant_spec
-from recipes import UserError, _data, _experiment
-from recipes._experiment import Experiment
+from callbacks.timing import Timing
+from models.revnet import revnet, variant_spec
+from recipes import data
 
-# Keys of configs/revnet_cifar10.yaml with a few allowed values. Read without
-# importing this module (recipes/_config.py), so it stays a literal.
+# What this recipe trains with, each value with its reason; `key=value` on
+# the command line overrides any of them. The data section's other keys
+# (data.source: tfds, a folder or synthetic images) are recipes/data.py's.
+CONFIG = {
+    "data": {
+        "name": "cifar10",
+        "batch_size": 100,  # the example's batch
+        "augment": ["pad_crop", "flip"],  # pad 4, random 32x32 crop, horizontal flip
+    },
+    "model": {
+        "variant": "revnet38",  # revnet38 | revnet110 | revnet164 (models/revnet.py)
+        "init_filters": None,  # the stem convolution's width; None: the variant's
+        "units": None,  # units per stage; None: the variant's
+        "filters": None,  # each stage's width; None: the variant's
+        "backprop": "reversible",  # reversible | standard | remat: how the stages get their gradients
+        "weight_decay": 2.0e-4,  # the example's, as an L2 penalty on every kernel
+    },
+    "train": {
+        "epochs": 178,  # 80,000 steps of 100 over the 45,000 training images (10% held out)
+        "steps_per_epoch": None,  # None: one pass over the training images
+        "lr": 0.1,  # divided by 10 at 50% and 75% of the steps: the example's 40,000 and 60,000 of 80,000
+        "momentum": 0.9,
+    },
+    "execution": {
+        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: Keras' default
+        "precision": "float32",  # or mixed_bfloat16, mixed_float16
+        "seed": 0,
+        "steps_per_execution": 1,
+    },
+}
+# Keys of CONFIG whose value there does not tell their type (None: the
+# variant's), and keys that take one of a few values.
 CONFIG_SCHEMA = {
     "model.variant": ["revnet38", "revnet110", "revnet164"],
     "model.init_filters": "int",
     "model.units": "list",
     "model.filters": "list",
     "model.backprop": ["reversible", "standard", "remat"],
-    "train.schedule": ["constant", "step", "cosine"],
 }
 
 
-def build(config):
-    """Builds what `run` trains: the data and the compiled model.
+def build(config, initial_epoch=0):
+    """The compiled model and its data: what `run` trains, and what the
+    tools (compare, graph, memory) time, draw and measure.
 
-    Returns:
-        An `Experiment`: the compiled model, its data and strategy.
+    Args:
+        initial_epoch: where a resumed run starts, so that its batches are
+            the ones an uninterrupted run trains on.
     """
-    model_config, train_config = config["model"], config["train"]
+    model_config, train, execution = config["model"], config["train"], config["execution"]
     # A variant names the paper's network; units and filters that are set
     # override it. Checked first, so that a mistake costs no data loading.
     try:
         spec = variant_spec(model_config["variant"], init_filters=model_config["init_filters"],
                             units=model_config["units"], filters=model_config["filters"])
     except ValueError as error:
-        raise UserError(f"model: {error}") from None
-    # Seeds every random generator, the input pipeline's included, and sets
-    # the dtype policy, before anything is built; `strategy` is
-    # tf.distribute's (execution.strategy), a no-op by default.
-    strategy = _experiment.prepare(config)
+        raise data.ConfigError(f"model: {error}") from None
+    # Every random draw (weights, the shuffle, augmentation) from one seed,
+    # and the dtype policy, before anything is built.
+    keras.utils.set_random_seed(execution["seed"])
+    keras.mixed_precision.set_global_policy(execution["precision"])
 
     # ## Data
     # `data.augment` (pad-crop and flip) runs on training batches only.
-    data = _data.load(config["data"], seed=config["execution"]["seed"],
-                      steps_per_epoch=train_config["steps_per_epoch"],
-                      replicas=strategy.num_replicas_in_sync)
+    splits = data.load(config["data"], seed=execution["seed"],
+                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch)
 
     # ## Model
-    # Under tf.distribute, variables made in the strategy's scope are
-    # mirrored on every replica: build and compile the model there.
-    with strategy.scope():
-        # Per-channel normalization with the training images' statistics, inside
-        # the model: a saved model takes plain [0, 1] images.
-        # float32 under a mixed policy too: `adapt` sums float32 images.
-        normalization = keras.layers.Normalization(axis=-1, dtype="float32",
-                                                   name="normalization")
-        normalization.adapt(data.train_plain.map(lambda images, labels: images))
-        model = models.revnet(
-            data.input_shape, data.num_classes, **spec,
-            weight_decay=model_config["weight_decay"],  # an L2 penalty in each kernel
-            backprop=model_config["backprop"], normalization=normalization)
-        # Augmentation placed on the device runs inside fit's training step.
-        if data.augment_on == "device":
-            model = models.AugmentedModel(model, data.augment)
+    # Per-channel normalization with the training images' statistics, inside
+    # the model: a saved model takes plain [0, 1] images. float32 under a
+    # mixed policy too: `adapt` sums float32 images.
+    normalization = keras.layers.Normalization(axis=-1, dtype="float32", name="normalization")
+    normalization.adapt(data.images(splits.train_plain))
+    model = revnet(splits.input_shape, splits.num_classes, **spec,
+                   weight_decay=model_config["weight_decay"],  # an L2 penalty in each kernel
+                   backprop=model_config["backprop"], normalization=normalization)
+    if splits.augment_on == "device":  # data.augment inside fit's training step
+        model = data.AugmentedModel(model, splits.augment)
 
-        # ## Training setup
-        # train.schedule by name: step (the paper's), cosine or constant.
-        schedule = _experiment.learning_rate_schedule(
-            train_config, data.steps_per_epoch, _experiment.learning_rate(config, strategy))
-        optimizer = keras.optimizers.SGD(learning_rate=schedule, momentum=train_config["momentum"])
-        # Class indices, or one-hot labels once MixUp or CutMix blend them.
-        loss = (keras.losses.CategoricalCrossentropy() if data.one_hot
-                else keras.losses.SparseCategoricalCrossentropy())
-        # The execution mode is only a compile argument: op by op from Python
-        # (eager), one tf.function per step (graph), or compiled by XLA (xla).
-        mode = config["execution"]["mode"]
-        model.compile(
-            optimizer=optimizer,
-            loss=loss,
-            metrics=["accuracy"],
-            run_eagerly=mode == "eager",
-            jit_compile=mode == "xla",
-            steps_per_execution=config["execution"]["steps_per_execution"],
-        )
-    return Experiment(config, model, data, strategy)
+    # ## Training setup
+    # The example's steps: lr/10 at half the run, lr/100 at three quarters.
+    total, lr = train["epochs"] * splits.steps_per_epoch, train["lr"]
+    schedule = keras.optimizers.schedules.PiecewiseConstantDecay(
+        boundaries=[total // 2 - 1, total * 3 // 4 - 1], values=[lr, lr / 10, lr / 100])
+    optimizer = keras.optimizers.SGD(learning_rate=schedule, momentum=train["momentum"])
+    # Class indices, or one-hot labels once MixUp or CutMix blend them.
+    loss = (keras.losses.CategoricalCrossentropy() if splits.one_hot
+            else keras.losses.SparseCategoricalCrossentropy())
+    # The execution mode is only a compile argument: op by op from Python
+    # (eager), one tf.function per step (graph), or compiled by XLA (xla).
+    mode = execution["mode"]
+    model.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"],
+                  run_eagerly=mode == "eager", jit_compile=mode == "xla",
+                  steps_per_execution=execution["steps_per_execution"])
+    return SimpleNamespace(model=model, data=splits)
 
 
-def run(config):
-    """Trains and evaluates the model that `config` describes.
+def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
+    """Trains the model `config` describes, writing into `run_dir`, and
+    evaluates it on the test split.
+
+    Args:
+        extra_callbacks: more callbacks for `fit` (the harness's).
+        initial_epoch: the epoch a resumed run starts at (`build`'s).
+        verbose: `fit`'s.
 
     Returns:
-        The run's metrics, also written to `<run dir>/metrics.json`.
+        The model, its data, the Timing callback and the `test` metrics.
     """
-    experiment = build(config)
-    model, data = experiment.model, experiment.data
-    if config["run"]["verbose"]:
-        model.summary()
+    experiment = build(config, initial_epoch)
+    model, splits, run_dir = experiment.model, experiment.data, Path(run_dir)
 
     # ## Training
-    # runs/NAME/<timestamp>, or run.dir's earlier run to resume it: the
-    # resolved config.yaml, history.csv, TensorBoard logs and the backup.
-    run_dir = experiment.open_run_dir()
-    # Timing first, so that the logs record its step time, images/s and input
-    # wait; then standard_callbacks: ExecutionModeCheck, DivergenceStop,
-    # CSVLogger and, as callbacks.* asks, TensorBoard, GraphWriter,
-    # Diagnostics and ModelCheckpoint; BackupAndRestore last.
-    timing = Timing(batch_size=data.batch_size)
-    callbacks = [timing, *_experiment.standard_callbacks(config, run_dir, data)]
-    model.fit(
-        timing.instrument(data.train),
-        validation_data=data.validation,
-        epochs=config["train"]["epochs"],
-        steps_per_epoch=data.steps_per_epoch,
-        callbacks=callbacks,
-        verbose=_experiment.fit_verbose(config),
-    )
+    timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
+    callbacks = [
+        *extra_callbacks,  # the harness's, when it runs this recipe: its checks come first
+        timing,
+        keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
+        # Scalars for `tensorboard --logdir runs`, written through TensorFlow.
+        *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if data.HAS_TENSORFLOW else []),
+        keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
+        # The whole training state after each epoch, and the one before: run
+        # again with the same run_dir, training goes on from the last epoch.
+        keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
+                                         delete_checkpoint=False),
+    ]
+    model.fit(timing.instrument(splits.train), validation_data=splits.validation,
+              epochs=config["train"]["epochs"], steps_per_epoch=splits.steps_per_epoch,
+              callbacks=callbacks, verbose=verbose)
 
     # ## Evaluation
-    test_metrics = model.evaluate(data.test, return_dict=True, verbose=0)
-    return experiment.finish(test_metrics, timing)
+    experiment.test = model.evaluate(splits.test, return_dict=True, verbose=0)
+    experiment.timing = timing
+    return experiment
+
+
+if __name__ == "__main__":  # python revnet_cifar10.py key=value ...
+    for key, value in (item.split("=", 1) for item in sys.argv[1:]):
+        section, name = key.split(".")
+        CONFIG[section][name] = yaml.safe_load(value)
+    result = run(CONFIG, Path("runs", "revnet_cifar10", time.strftime("%Y%m%d-%H%M%S")))
+    print("test:", result.test)

@@ -71,21 +71,10 @@ def float32_policy():
 
 
 def run_with(recipe, config, *more_callbacks):
-    """The recipe module's own `run(config)`, with `more_callbacks` after the
-    callbacks `standard_callbacks` gives it.
+    """Trains `config` through the harness, with `more_callbacks` after the
+    harness's own; returns the run's metrics (`recipe` is its module, kept
+    for the reader: the config names it)."""
+    from recipes import harness
 
-    Returns:
-        Its metrics, and the `recipes._data.Data` it trained on.
-    """
-    from recipes import _experiment
-
-    standard, seen = _experiment.standard_callbacks, {}
-
-    def with_more(config, run_dir, data, *args, **kwargs):
-        seen["data"] = data
-        return [*standard(config, run_dir, data, *args, **kwargs), *more_callbacks]
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_experiment, "standard_callbacks", with_more)
-        metrics = recipe.run(config)
-    return metrics, seen["data"]
+    assert recipe.__name__ == f"recipes.{recipes.module_of(config['recipe'])}"
+    return harness.train(config, extra_callbacks=more_callbacks)

@@ -13,9 +13,8 @@ import tensorflow as tf
 
 import recipes
 from conftest import ROOT
-from models import AugmentedModel
-from recipes import _config, _data
-from recipes._experiment import Experiment
+from recipes import _config
+from recipes.data import AugmentedModel
 
 OURS = ("recipes", "models", "callbacks", "tests")
 SOURCES = sorted(p for folder in OURS for p in (ROOT / folder).rglob("*.py"))
@@ -117,9 +116,9 @@ def test_the_private_attribute_guard_finds_what_it_looks_for():
         "monkeypatch.setattr(keras.Model, '_train', f)"]
     assert found("node.attr['_XlaMustCompile'].b") == ["node.attr['_XlaMustCompile']"]
     assert found("self.model._private") == ["self.model._private"]
-    ours = ("from recipes import _data\nimport recipes\nimport callbacks.timing as timing\n"
-            "self._step = cls._count = 1\n_data._split_names(0)\nrecipes._data.load\n"
-            "monkeypatch.setattr(_data, '_reachable', f)\ntiming._clock\ntf.__version__\n")
+    ours = ("from recipes import data\nimport recipes\nimport callbacks.timing as timing\n"
+            "self._step = cls._count = 1\ndata._split_names(0)\nrecipes.data.load\n"
+            "monkeypatch.setattr(data, '_reachable', f)\ntiming._clock\ntf.__version__\n")
     assert found(ours) == []
 
 
@@ -154,13 +153,15 @@ def tiny_network():
                              keras.layers.Dense(10, activation="softmax")])
 
 
-def test_an_experiment_refuses_augmentation_placed_where_the_model_does_not_run_it(tiny_config):
-    config = tiny_config("cifar10_cnn", "data.augment=[flip]", "data.augment_on=device")
-    data = _data.load(config["data"], steps_per_epoch=2)
-    model = tiny_network()
-    model.compile("sgd", "sparse_categorical_crossentropy")
-    with pytest.raises(ValueError, match="needs the model wrapped in models.AugmentedModel"):
-        Experiment(config, model, data, tf.distribute.get_strategy())
+@pytest.mark.parametrize("module", recipes.MODULES)
+def test_every_recipe_wraps_its_model_when_augmentation_runs_on_the_device(module, tiny_config):
+    from conftest import TINY_MODEL
+
+    config = tiny_config(module, "data.augment=[flip]", "data.augment_on=device",
+                         "data.name=cifar10")
+    experiment = recipes.load(module).build(config)
+    assert isinstance(experiment.model, AugmentedModel)
+    assert experiment.model.augment is experiment.data.augment
 
 
 @pytest.mark.filterwarnings("error:`compile\\(\\)` was not called")

@@ -11,20 +11,21 @@ import keras_cv
 import pytest
 
 from conftest import ROOT, TINY, TINY_MODEL
-from recipes import _augment, _config, _environment
+from recipes import _config, _environment
+from recipes import data as rdata
 
 from test_jax_backend import JAX_ENV
 
 
 def test_auto_is_the_default_and_follows_the_backend(monkeypatch):
     assert _config.resolve("mnist_mlp", announce=print)["data"]["augment_engine"] == "auto"
-    on_tensorflow = _augment.pipeline(["flip"], one_hot=False, engine="auto")
+    on_tensorflow = rdata.augmentation(["flip"], one_hot=False, engine="auto")
     assert on_tensorflow.engine == "keras_cv"
     assert isinstance(on_tensorflow.layers[0], keras_cv.layers.RandomFlip)
-    monkeypatch.setattr(_environment, "backend", lambda: "jax")
-    on_jax = _augment.pipeline(["flip"], one_hot=False, engine="auto")
+    monkeypatch.setattr(rdata, "backend", lambda: "jax")
+    on_jax = rdata.augmentation(["flip"], one_hot=False, engine="auto")
     assert on_jax.engine == "keras" and type(on_jax.layers[0]) is keras.layers.RandomFlip
-    assert _augment.pipeline(["flip"], one_hot=False, engine="keras_cv").engine == "keras_cv"
+    assert rdata.augmentation(["flip"], one_hot=False, engine="keras_cv").engine == "keras_cv"
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from models import AugmentedModel
+from recipes.data import AugmentedModel
 
 
 def test_nothing_sets_keras_jit_compile_attribute():

@@ -1,17 +1,18 @@
-"""models.FusedBatchNormalization trains as keras.layers.BatchNormalization does."""
+"""FusedBatchNormalization trains as keras.layers.BatchNormalization does."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import models
+from models.densenet_whitened import FusedBatchNormalization
+from recipes.data import network_of
 import recipes
 
 
 def _pair(scale, momentum=0.6):
     keras_layer = keras.layers.BatchNormalization(momentum=momentum, epsilon=1e-5, scale=scale)
-    fused = models.FusedBatchNormalization(momentum=momentum, epsilon=1e-5, scale=scale)
+    fused = FusedBatchNormalization(momentum=momentum, epsilon=1e-5, scale=scale)
     for layer in (keras_layer, fused):
         layer.build((None, 6, 6, 5))
     beta = np.random.default_rng(0).normal(size=5).astype("float32")
@@ -54,7 +55,7 @@ def test_a_training_step_equals_keras_layers(scale):
 def test_bfloat16_activations_stay_bfloat16_and_close():
     inputs = np.random.default_rng(2).normal(size=(8, 6, 6, 5)).astype("float32")
     keras_layer, _ = _pair(scale=False)
-    fused = models.FusedBatchNormalization(momentum=0.6, epsilon=1e-5, scale=False,
+    fused = FusedBatchNormalization(momentum=0.6, epsilon=1e-5, scale=False,
                                            dtype="mixed_bfloat16")
     fused.build((None, 6, 6, 5))
     fused.beta.assign(keras_layer.beta.numpy())
@@ -66,17 +67,17 @@ def test_bfloat16_activations_stay_bfloat16_and_close():
 
 def test_it_survives_saving(tmp_path):
     model = keras.Sequential([keras.Input((4, 4, 2)),
-                              models.FusedBatchNormalization(momentum=0.6, scale=False)])
+                              FusedBatchNormalization(momentum=0.6, scale=False)])
     model.save(tmp_path / "m.keras")
     loaded = keras.saving.load_model(tmp_path / "m.keras")
-    assert type(loaded.layers[0]) is models.FusedBatchNormalization
+    assert type(loaded.layers[0]) is FusedBatchNormalization
     assert loaded.layers[0].momentum == 0.6
 
 
-@pytest.mark.parametrize("fused, kind", [("true", models.FusedBatchNormalization),
+@pytest.mark.parametrize("fused, kind", [("true", FusedBatchNormalization),
                                          ("false", keras.layers.BatchNormalization)])
 def test_densenet_cifar10_cpu_builds_the_batch_norm_its_config_names(fused, kind, tiny_config):
     config = tiny_config("densenet_cifar10_cpu", f"model.fused_batch_norm={fused}")
-    model = models.network_of(recipes.load("densenet_cifar10_cpu").build(config).model)
+    model = network_of(recipes.load("densenet_cifar10_cpu").build(config).model)
     norms = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
     assert norms and all(type(layer) is kind for layer in norms)

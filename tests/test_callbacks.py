@@ -9,8 +9,9 @@ import pytest
 import tensorflow as tf
 
 import callbacks.timing as timing_module
-from callbacks import ExecutionModeCheck, Timing, execution_mode
-from models import AugmentedModel
+from callbacks.execution_mode_check import ExecutionModeCheck
+from callbacks.timing import Timing, execution_mode
+from recipes.data import AugmentedModel
 
 
 def tiny_model(*extra_layers):

@@ -35,11 +35,11 @@ def test_recipe_yaml_overrides_defaults():
 
 def test_values_parse_as_yaml_scalars_and_lists():
     config = resolve("train.lr=1e-3", "model.hidden_units=[64,32]",
-                     "callbacks.tensorboard=false", "train.steps_per_epoch=3",
+                     "callbacks.graph=true", "train.steps_per_epoch=3",
                      "data.dir=/tmp/x", "run.verbose=2")
     assert config["train"]["lr"] == pytest.approx(1e-3)
     assert config["model"]["hidden_units"] == [64, 32]
-    assert config["callbacks"]["tensorboard"] is False
+    assert config["callbacks"]["graph"] is True
     assert config["train"]["steps_per_epoch"] == 3
     assert config["data"]["dir"] == "/tmp/x"
     assert config["run"]["verbose"] == 2
@@ -55,7 +55,7 @@ def test_integer_is_accepted_where_a_number_is_expected():
     ("train.epochs=abc", "'train.epochs' expects an integer, got 'abc'"),
     ("train.epochs=2.5", "'train.epochs' expects an integer"),
     ("train.epochs=true", "'train.epochs' expects an integer"),
-    ("callbacks.checkpoint=yes please", "'callbacks.checkpoint' expects true/false"),
+    ("callbacks.graph=yes please", "'callbacks.graph' expects true/false"),
     ("execution.mode=fast", "'execution.mode' must be one of eager, graph, xla; got 'fast'"),
     ("execution.precision=float16", "must be one of float32, mixed_float16, mixed_bfloat16"),
     ("data.source=web", "must be one of tfds, synthetic, folder"),

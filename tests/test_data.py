@@ -6,7 +6,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 import recipes
-from recipes import UserError, _config, _data, _folder, _tfds
+from recipes import UserError, _config, harness
+from recipes import data as rdata
 
 
 def data_config(*overrides):
@@ -15,7 +16,7 @@ def data_config(*overrides):
 
 
 def test_synthetic_batches_have_the_dataset_shapes():
-    data = _data.load(data_config("data.source=synthetic", "data.synthetic_examples=40"))
+    data = rdata.load(data_config("data.source=synthetic", "data.synthetic_examples=40"))
     images, labels = next(iter(data.train))
     assert images.shape == (8, 32, 32, 3) and images.dtype == "float32"
     assert 0.0 <= float(np.min(images)) and float(np.max(images)) <= 1.0
@@ -39,7 +40,7 @@ def write_folder(root, classes=("cat", "dog"), per_class=6, splits=("train", "te
 
 def test_folder_source_resizes_to_the_recipe_input(tmp_path):
     write_folder(tmp_path)
-    data = _data.load(data_config("data.source=folder", f"data.path={tmp_path}",
+    data = rdata.load(data_config("data.source=folder", f"data.path={tmp_path}",
                                   "data.validation_split=0.25", "data.batch_size=4"))
     images, labels = next(iter(data.train))
     assert images.shape == (4, 32, 32, 3)
@@ -52,25 +53,25 @@ def test_folder_images_are_decoded_once_and_cached_until_the_folder_changes(tmp_
     write_folder(tmp_path)
     config = data_config("data.source=folder", f"data.path={tmp_path}",
                          "data.validation_split=0.25", "data.batch_size=4")
-    first = _data.load(config)
+    first = rdata.load(config)
     assert capsys.readouterr().out.count("decoding the 12 images") == 2  # train/ and test/
     assert (tmp_path / ".cache" / "train-32x32x3.npz").exists()
 
-    again = _data.load(config)
+    again = rdata.load(config)
     assert "decoding" not in capsys.readouterr().out
     for (a, _), (b, _) in zip(first.validation, again.validation):
         np.testing.assert_array_equal(a, b)
 
     keras.utils.save_img(tmp_path / "train" / "cat" / "new.png",
                          np.zeros((40, 50, 3), dtype=np.uint8))
-    changed = _data.load(config)
+    changed = rdata.load(config)
     assert "decoding the 13 images" in capsys.readouterr().out
     assert changed.train_examples == 13 - round(13 * 0.25)
 
 
 def test_folder_images_keep_their_pixels_and_class_labels(tmp_path):
     write_folder(tmp_path, classes=("a", "b"), per_class=3, size=(32, 32))
-    images, labels, classes = _folder.arrays(tmp_path / "train", (32, 32, 3))
+    images, labels, classes = rdata.folder_arrays(tmp_path / "train", (32, 32, 3))
     assert classes == ["a", "b"] and labels.tolist() == [0, 0, 0, 1, 1, 1]
     np.testing.assert_array_equal(images[4], keras.utils.img_to_array(
         keras.utils.load_img(tmp_path / "train" / "b" / "1.png")).astype(np.uint8))
@@ -79,23 +80,23 @@ def test_folder_images_keep_their_pixels_and_class_labels(tmp_path):
 def test_validation_split_zero_trains_on_every_training_image_and_validates_on_test(tmp_path):
     """The Keras examples' protocol: all of train/ trains, test/ validates."""
     write_folder(tmp_path)
-    data = _data.load(data_config("data.source=folder", f"data.path={tmp_path}",
+    data = rdata.load(data_config("data.source=folder", f"data.path={tmp_path}",
                                   "data.validation_split=0", "data.batch_size=4"))
     assert data.train_examples == 12 and data.validated_on == data.evaluated_on == "test"
-    _, _, expected = _folder.arrays(tmp_path / "test", (32, 32, 3))
+    _, _, expected = rdata.folder_arrays(tmp_path / "test", (32, 32, 3))
     validation = np.concatenate([labels for _, labels in data.validation])
     test = np.concatenate([labels for _, labels in data.test])
     np.testing.assert_array_equal(validation, test)
     assert len(validation) == 12
 
-    held_out = _data.load(data_config("data.source=folder", f"data.path={tmp_path}",
+    held_out = rdata.load(data_config("data.source=folder", f"data.path={tmp_path}",
                                       "data.validation_split=0.25", "data.batch_size=4"))
     assert held_out.train_examples == 9 and held_out.validated_on == "held_out"
 
 
 def test_validation_split_zero_on_tensorflow_datasets_uses_the_whole_train_split():
     with tfds.testing.mock_data(num_examples=40):
-        data = _data.load(data_config("data.source=tfds", "data.validation_split=0"))
+        data = rdata.load(data_config("data.source=tfds", "data.validation_split=0"))
     assert data.train_examples == 40 and data.validated_on == "test"
 
 
@@ -104,7 +105,7 @@ def test_without_a_test_folder_a_run_evaluates_on_the_validation_images(tmp_path
     write_folder(tmp_path / "images", splits=("train",), per_class=10)
     config = tiny_config("cifar10_cnn", "data.source=folder", f"data.path={tmp_path / 'images'}",
                          "data.batch_size=4", "data.augment=[]")
-    metrics = recipes.load("cifar10_cnn").run(config)
+    metrics = harness.train(config)
     assert metrics["evaluated_on"] == "validation"
     # The same images, the same final weights: the last epoch's validation loss.
     assert metrics["test"]["loss"] == pytest.approx(metrics["final"]["val_loss"], rel=1e-5)
@@ -115,7 +116,7 @@ def test_folder_source_trains_a_recipe(tmp_path, tiny_config):
     write_folder(tmp_path / "images", classes=("a", "b", "c"))
     config = tiny_config("cifar10_cnn", "data.source=folder",
                          f"data.path={tmp_path / 'images'}", "data.batch_size=4")
-    metrics = recipes.load("cifar10_cnn").run(config)
+    metrics = harness.train(config)
     assert metrics["epochs_completed"] == 1
     # The folder's three classes size the classifier: 32x32 -> 30 -> 15 -> 13 -> 6.
     convolutions = (3 * 9 * 32 + 32) + (32 * 9 * 32 + 32) + (32 * 9 * 64 + 64) + (64 * 9 * 64 + 64)
@@ -126,26 +127,26 @@ def test_folder_source_trains_a_recipe(tmp_path, tiny_config):
     (["data.source=folder"], "needs data.path=DIR"),
     (["data.source=folder", "data.path=/nonexistent"], "/nonexistent/train is missing"),
     (["data.source=folder", "data.path=/nonexistent"], "data.source=folder expects data.path/train/<class>/"),
-    (["data.source=synthetic", "data.synthetic_examples=4"], "fewer than a batch of 8 (data.batch_size=8 x 1"),
+    (["data.source=synthetic", "data.synthetic_examples=4", "data.validation_split=0.5"],
+     "fewer than a batch of 8 (data.batch_size=8 x 1"),
     (["data.source=synthetic", "data.name=imagenet"], "Unknown data.name 'imagenet'"),
-    (["data.source=synthetic", "data.validation_split=1"], "at least 0 and below 1"),
     (["data.source=folder", "data.path=/nonexistent", "data.validation_split=0"],
      "has no test/<class>/ folder"),
 ])
 def test_bad_data_settings_are_user_errors(overrides, message):
-    with pytest.raises(UserError) as error:
-        _data.load(data_config(*overrides))
+    with pytest.raises(rdata.ConfigError) as error:
+        rdata.load(data_config(*overrides))
     assert message in str(error.value)
 
 
 def test_tfds_without_data_or_network_fails_fast_with_advice(tmp_path, monkeypatch):
     # Never download in a test: report the host unreachable, as it is in CI.
     asked = []
-    monkeypatch.setattr(_tfds, "_reachable", lambda host, port: asked.append((host, port)))
-    with pytest.raises(UserError) as error:
-        _data.load(data_config("data.source=tfds", f"data.dir={tmp_path}"))
+    monkeypatch.setattr(rdata, "_reachable", lambda host, port: asked.append((host, port)))
+    with pytest.raises(rdata.ConfigError) as error:
+        rdata.load(data_config("data.source=tfds", f"data.dir={tmp_path}"))
     # Fast: one look at TFDS's host, then the advice; no download was tried.
-    assert asked == [_tfds.TFDS_HOST]
+    assert asked == [rdata.TFDS_HOST]
     assert "cannot be reached, so it cannot be downloaded" in str(error.value)
     assert "data.source=synthetic" in str(error.value)
     assert "data.dir=PATH" in str(error.value)

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 import recipes
-from recipes import UserError, _config, _data
-from recipes._experiment import learning_rate_schedule
+from recipes import UserError, _config, harness
+from recipes import data as rdata
+from recipes.densenet_cifar100 import _schedule
 
 MODERN = _config.CONFIGS_DIR / "densenet_cifar100_modern.yaml"
 
@@ -42,8 +43,6 @@ def test_modern_config_runs_by_name_or_through_config():
 
 def test_a_yaml_recipe_may_only_set_existing_keys(tmp_path, monkeypatch):
     monkeypatch.setattr(_config, "CONFIGS_DIR", tmp_path)
-    (tmp_path / "densenet_cifar100.yaml").write_text(
-        (recipes.CONFIGS_DIR / "densenet_cifar100.yaml").read_text())
     (tmp_path / "typo.yaml").write_text("recipe: densenet_cifar100\ntrain:\n  warmup: 3\n")
     monkeypatch.setattr(recipes, "CONFIGS_DIR", tmp_path)
     with pytest.raises(UserError, match="Unknown config key 'train.warmup'.*Did you mean train.warmup_epochs"):
@@ -56,27 +55,25 @@ def learning_rates(schedule, steps):
 
 def test_step_schedule_divides_by_ten_at_half_and_three_quarters():
     train = resolve("densenet_cifar100", "train.epochs=4")["train"]
-    schedule = learning_rate_schedule(train, steps_per_epoch=10, lr=0.1)
+    schedule = _schedule(train, steps_per_epoch=10)
     assert learning_rates(schedule, [0, 19, 20, 29, 30, 39]) == pytest.approx(
         [0.1, 0.1, 0.01, 0.01, 0.001, 0.001])
 
 
 def test_cosine_schedule_warms_up_then_decays_to_zero():
     train = resolve("densenet_cifar100_modern", "train.epochs=10", "train.warmup_epochs=2")["train"]
-    schedule = learning_rate_schedule(train, steps_per_epoch=10, lr=0.1)
+    schedule = _schedule(train, steps_per_epoch=10)
     rates = learning_rates(schedule, range(0, 101))
     assert rates[0] == 0.0 and rates[10] == pytest.approx(0.05)
     assert max(rates) == pytest.approx(0.1) and rates.index(max(rates)) == 20
     assert rates[60] == pytest.approx(0.05)  # half-way through the decay
     assert all(a >= b for a, b in zip(rates[20:], rates[21:])) and rates[100] == pytest.approx(0.0)
-    with pytest.raises(UserError, match="warmup_epochs=10 leaves no epoch"):
-        learning_rate_schedule({**train, "warmup_epochs": 10}, steps_per_epoch=10, lr=0.1)
 
 
 def test_constant_schedule_keeps_the_rate_after_its_warm_up():
     train = resolve("densenet_cifar100", "train.schedule=constant", "train.epochs=10")["train"]
-    assert learning_rate_schedule(train, steps_per_epoch=10, lr=0.1) == 0.1
-    warmed = learning_rate_schedule({**train, "warmup_epochs": 2}, steps_per_epoch=10, lr=0.1)
+    assert _schedule(train, steps_per_epoch=10) == 0.1
+    warmed = _schedule({**train, "warmup_epochs": 2}, steps_per_epoch=10)
     rates = learning_rates(warmed, range(0, 101))
     assert rates[0] == 0.0 and rates[10] == pytest.approx(0.05)
     assert rates[20:] == pytest.approx([0.1] * 81)
@@ -89,7 +86,7 @@ def test_constant_schedule_keeps_the_rate_after_its_warm_up():
 def test_model_errors_are_user_errors_before_anything_is_written(
         override, message, tiny_config, tmp_path):
     with pytest.raises(UserError, match=message):
-        recipes.load("densenet_cifar100").run(tiny_config("densenet_cifar100", override))
+        harness.train(tiny_config("densenet_cifar100", override))
     assert not (tmp_path / "run").exists()
 
 
@@ -97,8 +94,8 @@ def test_model_errors_are_user_errors_before_anything_is_written(
 def test_sequential_api_trains_and_the_checkpoint_loads(tiny_config, tmp_path):
     config = tiny_config("densenet_cifar10", "model.api=sequential",
                          "data.augment=[pad_crop,flip,mixup]")
-    metrics = recipes.load("densenet_cifar10").run(config)
-    functional = recipes.load("densenet_cifar10").run(
+    metrics = harness.train(config)
+    functional = harness.train(
         tiny_config("densenet_cifar10", f"run.dir={tmp_path / 'functional'}"))
     assert metrics["trainable_params"] == functional["trainable_params"]
     assert metrics["recipe"] == "densenet_cifar10"
@@ -106,7 +103,7 @@ def test_sequential_api_trains_and_the_checkpoint_loads(tiny_config, tmp_path):
     model = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "last.keras")
     assert isinstance(model, keras.Sequential)
     # The per-channel normalization holds the training images' statistics.
-    data = _data.load(config["data"], seed=0, one_hot=True)
+    data = rdata.load(config["data"], seed=0, one_hot=True)
     images = np.concatenate([x for x, _ in data.train_plain.as_numpy_iterator()])
     normalization = model.get_layer("normalization")
     np.testing.assert_allclose(np.ravel(normalization.mean), images.mean(axis=(0, 1, 2)), rtol=1e-4)

@@ -9,18 +9,27 @@ import keras
 import numpy as np
 import pytest
 
-import models
 import recipes
-from callbacks import Lookahead
-from recipes import _augment
+import models.densenet_whitened as whitened
+from models.densenet_whitened import (PartialIdentity, PatchWhitening, average_views,
+                                      densenet_whitened, view_metrics)
+from recipes import UserError, harness
+from recipes import data as rdata
+from recipes.densenet_cifar10_cpu import Lookahead, PiecewiseLinear
 
+
+def averaged_over_views(network, views, average):
+    """`network` predicting the mean over `views` (2 or 6) of its views, as one model."""
+    every_view = whitened.test_time_views(network, translate=views == 6)
+    images = keras.Input(shape=network.input_shape[1:])
+    return keras.Model(images, average_views(every_view(images), views, average))
 
 def test_whitening_decorrelates_the_patches_it_was_fitted_to():
     rng = np.random.default_rng(0)
     # Correlated channels: each pixel's colour is mostly one random value.
     base = rng.normal(size=(200, 12, 12, 1))
     images = (base + 0.3 * rng.normal(size=(200, 12, 12, 3))).astype("float32")
-    layer = models.PatchWhitening(size=2)
+    layer = PatchWhitening(size=2)
     layer.adapt(images)
     outputs = np.asarray(layer(images)) - np.asarray(layer.bias)
     assert outputs.shape == (200, 11, 11, 24)
@@ -32,7 +41,7 @@ def test_whitening_decorrelates_the_patches_it_was_fitted_to():
 
 
 def test_whitening_filters_survive_saving(tmp_path):
-    layer = models.PatchWhitening(size=2)
+    layer = PatchWhitening(size=2)
     layer.adapt(np.random.default_rng(1).random((20, 8, 8, 3)))
     model = keras.Sequential([keras.Input((8, 8, 3)), layer])
     model.save(tmp_path / "m.keras")
@@ -42,7 +51,7 @@ def test_whitening_filters_survive_saving(tmp_path):
 
 def test_partial_identity_forwards_its_input_channels():
     conv = keras.layers.Conv2D(6, 3, padding="same", use_bias=False,
-                               kernel_initializer=models.PartialIdentity(seed=3))
+                               kernel_initializer=PartialIdentity(seed=3))
     images = np.random.default_rng(2).random((2, 5, 5, 4)).astype("float32")
     outputs = np.asarray(conv(images))
     np.testing.assert_allclose(outputs[..., :4], images, atol=1e-6)  # the identity filters
@@ -52,16 +61,16 @@ def test_partial_identity_forwards_its_input_channels():
 
 
 def test_piecewise_linear_interpolates_and_reloads():
-    schedule = models.PiecewiseLinear([0, 23, 100], [0.2, 1.0, 0.07])
+    schedule = PiecewiseLinear([0, 23, 100], [0.2, 1.0, 0.07])
     values = [float(schedule(step)) for step in (0, 10, 23, 50, 100, 150)]
     np.testing.assert_allclose(values, [0.2, 0.2 + 0.8 * 10 / 23, 1.0,
                                         1.0 - 0.93 * 27 / 77, 0.07, 0.07], rtol=1e-6)
     again = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
     assert float(again(50)) == float(schedule(50))
-    stopped = models.PiecewiseLinear([0, 23, 100], [0.2, 1.0, 0.07], stop=40)
+    stopped = PiecewiseLinear([0, 23, 100], [0.2, 1.0, 0.07], stop=40)
     assert float(stopped(39)) == float(schedule(39)) and float(stopped(40)) == 0.0
     with pytest.raises(ValueError, match="increasing steps"):
-        models.PiecewiseLinear([0, 10, 10], [1.0, 2.0, 3.0])
+        PiecewiseLinear([0, 10, 10], [1.0, 2.0, 3.0])
 
 
 def _tiny_model():
@@ -122,7 +131,7 @@ def test_six_views_weight_the_mirror_pairs_half_and_quarters(average):
     expected = 0.5 * pair(images) + 0.25 * pair(padded[:, :6, :6]) + 0.25 * pair(padded[:, 2:, 2:])
     if average == "logits":
         expected = _softmax(expected)
-    six_views = models.flip_averaged(network, translate=True, average=average)
+    six_views = averaged_over_views(network, 6, average)
     np.testing.assert_allclose(six_views.predict(images, verbose=0), expected, rtol=1e-5)
     # An image that every view leaves unchanged is predicted as without views.
     flat = np.ones((2, 6, 6, 3), "float32") * [[[[0.2, 0.5, 0.9]]]]
@@ -136,28 +145,28 @@ def test_one_pass_over_the_views_reports_what_evaluate_reports():
     rng = np.random.default_rng(0)
     images = rng.random((20, 16, 16, 3)).astype("float32")
     labels = np.eye(10, dtype="float32")[rng.integers(0, 10, 20)]
-    network = models.densenet_whitened((16, 16, 3), 10, images, widths=(8, 8, 8),
+    network = densenet_whitened((16, 16, 3), 10, images, widths=(8, 8, 8),
                                        growth_rates=(4, 4, 4), weight_decay=0.1)
     loss = keras.losses.CategoricalCrossentropy(label_smoothing=0.2)
     batches = [(images[i:i + 8], labels[i:i + 8]) for i in range(0, 20, 8)]
-    predictions = np.concatenate([models.test_time_views(network, translate=True)(x)
+    predictions = np.concatenate([whitened.test_time_views(network, translate=True)(x)
                                   for x, _ in batches])
     regularization = sum(float(penalty) for penalty in network.losses)
     assert regularization > 0
     for views in (1, 2, 6):
         for average in ("probabilities", "logits"):
             averaged = (network if views == 1 else
-                        models.flip_averaged(network, translate=views == 6, average=average))
+                        averaged_over_views(network, views, average))
             averaged.compile(loss=loss, metrics=["accuracy"])
             expected = averaged.evaluate(images, labels, batch_size=8, return_dict=True, verbose=0)
-            measured = models.view_metrics(predictions, labels, views, average, loss, regularization)
+            measured = view_metrics(predictions, labels, views, average, loss, regularization)
             assert measured == pytest.approx(expected, rel=1e-5), (views, average)
 
 
 @pytest.mark.parametrize("engine", ["keras", "keras_cv"])
 def test_reflected_pad_crop_brings_in_no_black(engine):
     images = np.random.default_rng(0).uniform(0.5, 1.0, (16, 8, 8, 3)).astype("float32")
-    apply, _ = _augment.pad_crop(engine, seed=1, padding=2, fill="reflect")
+    apply, _ = rdata.pad_crop(engine, seed=1, padding=2, fill="reflect")
     import tensorflow as tf
     shifted, _ = apply(tf.constant(images), None)
     assert np.asarray(shifted).min() >= 0.5  # a zero pad would bring in zeros
@@ -168,7 +177,7 @@ def test_reflected_pad_crop_brings_in_no_black(engine):
 def test_recipe_trains_saves_and_reloads(tiny_config, tmp_path, capsys):
     config = tiny_config("densenet_cifar10_cpu", "train.epochs=2",
                          "train.lookahead_start_epoch=1", "execution.precision=float32")
-    metrics = recipes.load("densenet_cifar10_cpu").run(config)
+    metrics = harness.train(config)
     run_dir = tmp_path / "run"
     assert metrics["epochs_completed"] == 2
     # The reported accuracy is the six views' (the YAML's), printed beside one and two views'.
@@ -183,7 +192,7 @@ def test_recipe_trains_saves_and_reloads(tiny_config, tmp_path, capsys):
 
 def test_the_ablation_switches_change_what_they_name():
     images = np.random.default_rng(0).random((8, 16, 16, 3)).astype("float32")
-    build = lambda **switches: models.densenet_whitened(
+    build = lambda **switches: densenet_whitened(
         (16, 16, 3), 10, images, widths=(8, 8, 8), growth_rates=(4, 4, 4), **switches)
     whitened, plain = build(), build(whitening=False, identity_init=False)
     assert not whitened.get_layer("whitening").kernel.trainable
@@ -201,9 +210,8 @@ def test_the_ablation_switches_change_what_they_name():
 
 def test_extending_a_run_on_the_triangle_is_refused(tiny_config, tmp_path):
     """The triangle spans all epochs: more of them would restart its curve."""
-    from recipes import UserError, _config, _rundir
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "config.yaml").write_text(_config.dump(tiny_config("densenet_cifar10_cpu")))
+    harness.write_config(run_dir, tiny_config("densenet_cifar10_cpu"))
     with pytest.raises(UserError, match="'triangle' schedule over all its epochs"):
-        _rundir.choose(tiny_config("densenet_cifar10_cpu", "train.epochs=5"))
+        harness.Run.open(tiny_config("densenet_cifar10_cpu", "train.epochs=5"))

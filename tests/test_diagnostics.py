@@ -8,7 +8,8 @@ import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import recipes
-from callbacks import Diagnostics
+from recipes import harness
+from callbacks.diagnostics import Diagnostics
 
 pytestmark = pytest.mark.slow  # every test here trains
 
@@ -19,7 +20,7 @@ def history(run_dir):
 
 
 def test_the_summaries_are_written(tiny_config, tmp_path):
-    recipes.load("mnist_mlp").run(tiny_config("mnist_mlp", "callbacks.diagnostics=true",
+    harness.train(tiny_config("mnist_mlp", "callbacks.diagnostics=true",
                                               "model.hidden_units=[24]", "train.epochs=2"))
     events = EventAccumulator(str(tmp_path / "run" / "tensorboard" / "diagnostics"),
                               size_guidance={"tensors": 0})
@@ -46,7 +47,7 @@ def test_training_is_the_same_with_and_without_them(tiny_config, tmp_path):
     def run(name, *extra):
         config = tiny_config("densenet_cifar10", "train.epochs=2", "model.dropout=0.2",
                              f"run.dir={tmp_path / name}", *extra)
-        recipes.load("densenet_cifar10").run(config)
+        harness.train(config)
         return history(tmp_path / name)
 
     assert run("with", "callbacks.diagnostics=true") == run("without")

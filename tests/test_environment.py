@@ -9,13 +9,13 @@ import pytest
 
 import recipes
 from conftest import ROOT, TINY
-from recipes import UserError, _environment
+from recipes import UserError, _environment, harness
 
 
 def test_a_setting_tensorflow_started_without_is_refused(tiny_config, monkeypatch):
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
     with pytest.raises(UserError, match="execution.onednn=true takes effect only before TensorFlow"):
-        recipes.load("mnist_mlp").run(tiny_config("mnist_mlp", "execution.onednn=true"))
+        harness.train(tiny_config("mnist_mlp", "execution.onednn=true"))
 
 
 def test_the_setting_tensorflow_started_with_is_accepted(tiny_config, monkeypatch):

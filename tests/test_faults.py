@@ -12,9 +12,10 @@ import pytest
 import tensorflow as tf
 
 import recipes
-from callbacks import DivergenceStop, TrainingDiverged
+from callbacks.divergence_stop import DivergenceStop, TrainingDiverged
 from conftest import ROOT, TINY
-from recipes import UserError, _config, _folder, _rundir
+from recipes import UserError, _config, harness
+from recipes import data as rdata
 from recipes.tools import soak as _soak
 
 from test_data import write_folder
@@ -22,14 +23,16 @@ from test_resume import RecordStartingState, fit_with
 
 
 class StopAfterEpoch(keras.callbacks.Callback):
-    """Stands in for a kill once `epochs` epochs are finished and backed up."""
+    """Stands in for a kill once `epochs` epochs are finished and backed up:
+    as the next one begins (the harness's callbacks come before the recipe's,
+    BackupAndRestore last, so an epoch's end is not over until then)."""
 
     def __init__(self, epochs):
         super().__init__()
         self.epochs = epochs
 
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch + 1 == self.epochs:
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == self.epochs:
             raise KeyboardInterrupt
 
 
@@ -40,7 +43,7 @@ def history_epochs(run_dir):
 
 def interrupted_run(tiny_config, epochs_done=3):
     """An mnist_mlp run of 5 epochs, killed after `epochs_done`."""
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(harness.Interrupted):
         fit_with(recipes.load("mnist_mlp"), tiny_config("mnist_mlp", "train.epochs=5"),
                  StopAfterEpoch(epochs_done))
 
@@ -79,7 +82,7 @@ def test_a_backup_with_no_whole_state_is_refused_with_the_file_named(tiny_config
     for name in ("latest.weights.h5", "latest.weights.h5.bkp"):
         (backup / name).write_bytes(b"garbage")
     with pytest.raises(UserError, match=r"latest.weights.h5 is damaged.*Start a new run"):
-        recipes.load("mnist_mlp").build(tiny_config("mnist_mlp", "train.epochs=5")).open_run_dir()
+        harness.Run.open(tiny_config("mnist_mlp", "train.epochs=5"))
 
 
 @pytest.mark.slow
@@ -134,11 +137,11 @@ def test_a_diverging_run_exits_with_one_line_and_is_not_finished(tmp_path):
 
 def test_moving_an_image_to_another_class_rebuilds_the_folder_cache(tmp_path, capsys):
     write_folder(tmp_path, splits=("train",))
-    _, labels, _ = _folder.arrays(tmp_path / "train", (32, 32, 3))
+    _, labels, _ = rdata.folder_arrays(tmp_path / "train", (32, 32, 3))
     moved = tmp_path / "train" / "cat" / "0.png"
     moved.rename(tmp_path / "train" / "dog" / "moved.png")  # same size, same mtime
     capsys.readouterr()
-    _, relabelled, _ = _folder.arrays(tmp_path / "train", (32, 32, 3))
+    _, relabelled, _ = rdata.folder_arrays(tmp_path / "train", (32, 32, 3))
     assert "decoding the 12 images" in capsys.readouterr().out
     assert labels.sum() + 1 == relabelled.sum()  # one more dog (label 1)
 
@@ -153,8 +156,8 @@ def test_moving_an_image_to_another_class_rebuilds_the_folder_cache(tmp_path, ca
 ])
 def test_bad_image_folders_are_user_errors(make, message, tmp_path):
     make(tmp_path)
-    with pytest.raises(UserError, match=message):
-        _folder.arrays(tmp_path / "train", (32, 32, 3))
+    with pytest.raises(rdata.ConfigError, match=message):
+        rdata.folder_arrays(tmp_path / "train", (32, 32, 3))
 
 
 @pytest.mark.parametrize("override, message", [
@@ -164,6 +167,7 @@ def test_bad_image_folders_are_user_errors(make, message, tmp_path):
     ("train.lr=-0.1", "'train.lr' must be a finite number above 0"),
     ("train.lr=.nan", "'train.lr' must be a finite number above 0, got nan"),
     ("model.hidden_units=[512,abc]", "expects a list of integers, got 'abc'"),
+    ("data.validation_split=1", "'data.validation_split' must be at least 0 and below 1"),
 ])
 def test_values_no_run_can_use_are_refused_before_training(override, message):
     with pytest.raises(UserError, match=message):
@@ -173,9 +177,8 @@ def test_values_no_run_can_use_are_refused_before_training(override, message):
 def test_an_unwritable_run_directory_is_a_user_error(tiny_config, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    with pytest.raises(UserError, match="Cannot write the run directory"):
-        recipes.load("mnist_mlp").build(
-            tiny_config("mnist_mlp", f"run.dir={blocker / 'run'}")).open_run_dir()
+    with pytest.raises(UserError, match="Cannot create the run directory"):
+        harness.Run.open(tiny_config("mnist_mlp", f"run.dir={blocker / 'run'}"))
 
 
 @pytest.mark.slow
@@ -194,10 +197,10 @@ def test_the_soak_kills_and_resumes_a_run_to_its_end(tmp_path):
 def test_a_finished_run_trains_further_when_train_epochs_is_raised(tiny_config, tmp_path, capsys):
     """The tf.function lesson's workflow: an eager epoch to debug, then on as a graph."""
     recipe = recipes.load("mnist_mlp")
-    first = recipe.run(tiny_config("mnist_mlp", "train.epochs=1", "execution.mode=eager"))
+    first = harness.train(tiny_config("mnist_mlp", "train.epochs=1", "execution.mode=eager"))
     probe = RecordStartingState()
     with pytest.raises(UserError, match="finished run of 1 epochs.*Raise train.epochs above 1"):
-        recipe.build(tiny_config("mnist_mlp", "train.epochs=1")).open_run_dir()
+        harness.Run.open(tiny_config("mnist_mlp", "train.epochs=1"))
     metrics = fit_with(recipe, tiny_config("mnist_mlp", "train.epochs=3", "execution.mode=graph"),
                        probe)
     assert "extending the finished run" in capsys.readouterr().out
@@ -211,6 +214,6 @@ def test_changing_the_epochs_of_a_scheduled_run_is_refused(tiny_config, tmp_path
     """A cosine schedule spans all epochs: more of them would restart its curve."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "config.yaml").write_text(_config.dump(tiny_config("densenet_cifar10_wide")))
+    harness.write_config(run_dir, tiny_config("densenet_cifar10_wide"))
     with pytest.raises(UserError, match="'cosine' schedule over all its epochs"):
-        _rundir.choose(tiny_config("densenet_cifar10_wide", "train.epochs=5"))
+        harness.Run.open(tiny_config("densenet_cifar10_wide", "train.epochs=5"))

@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 
 import recipes
-from models import PythonLoopLSTM, row_lstm
-from recipes import graph_lessons
+from models.rnn import PythonLoopLSTM, row_lstm
+from recipes import graph_lessons, harness
 
 
 # Traces per case: docs/tf-function.md, lesson 1.
@@ -75,7 +75,7 @@ def test_the_python_loop_lstm_computes_keras_lstm(tmp_path):
 
 @pytest.mark.slow
 def test_the_recipe_writes_its_lessons_and_trains(tiny_config, tmp_path, capsys):
-    metrics = recipes.load("graph_lessons").run(tiny_config("graph_lessons"))
+    metrics = harness.train(tiny_config("graph_lessons"))
     lessons = json.loads((tmp_path / "run" / "lessons.json").read_text())
     assert lessons["retracing"] == RETRACING
     assert lessons["printing"]["tf.print lines"] == 3
@@ -91,5 +91,5 @@ def test_the_lstm_learns_in_each_mode(mode, tiny_config):
     config = tiny_config("graph_lessons", f"execution.mode={mode}", "model.units=16",
                          "data.synthetic_examples=512", "data.batch_size=32",
                          "train.steps_per_epoch=null", "train.epochs=3", "train.lr=0.01")
-    metrics = recipes.load("graph_lessons").run(config)
+    metrics = harness.train(config)
     assert metrics["test"]["accuracy"] > 0.5  # chance: 0.1

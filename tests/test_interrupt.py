@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY
-from recipes import _experiment, _interrupt, _rundir
+from callbacks.stop_after_interrupt import StopAfterInterrupt
+from recipes import __main__ as cli
+from recipes import harness
 
 
 @pytest.mark.slow
@@ -33,15 +35,17 @@ def test_an_interrupt_before_the_first_epoch_says_nothing_was_saved(tmp_path):
     assert "finished epochs are saved" not in err
 
 
-def test_the_interrupt_note_counts_the_saved_epochs(tmp_path, monkeypatch):
-    backup = tmp_path / "backup"
-    backup.mkdir()
-    with h5py.File(backup / _rundir.BACKUP_WEIGHTS, "w") as file:
+def test_the_interrupt_note_counts_the_saved_epochs(tiny_config, tmp_path):
+    run = harness.Run.open(tiny_config("mnist_mlp"))
+    run.close()
+    backup = run.dir / "backup"
+    backup.mkdir(parents=True)
+    with h5py.File(backup / harness.BACKUP_WEIGHTS, "w") as file:
         file["layers/dense/vars/0"] = [1.0]
-    (backup / _rundir.BACKUP_METADATA).write_text(json.dumps({"epoch": 3}))
-    monkeypatch.setattr(_rundir, "training_in", tmp_path)
-    assert _rundir.interrupt_note("X") == (
-        f"interrupted: 3 finished epoch(s) are saved in {tmp_path}; run X to continue.")
+    (backup / harness.BACKUP_METADATA).write_text(json.dumps({"epoch": 3}))
+    assert run.interrupt_note() == (
+        f"interrupted: 3 finished epoch(s) are saved in {run.dir}; run the same command with "
+        "run.resume=true (or the same run.dir) to continue.")
 
 
 class SwallowsTheCtrlC(keras.callbacks.Callback):
@@ -74,19 +78,16 @@ class SwallowsTheCtrlC(keras.callbacks.Callback):
 @pytest.mark.parametrize("how", ["except", "gc_callback"])
 def test_one_ctrl_c_stops_training_even_when_library_code_swallows_it(how, monkeypatch, capsys):
     """A CI run once trained on after its SIGINT landed in JAX's gc callback."""
-    monkeypatch.setattr(_interrupt, "pressed", False)
-    previous = signal.signal(signal.SIGINT, _interrupt.on_interrupt)
-    monkeypatch.setattr(sys, "unraisablehook", _interrupt.on_unraisable)
+    monkeypatch.setattr(sys, "unraisablehook", cli.on_unraisable)
+    previous = signal.getsignal(signal.SIGINT)
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
-    swallower = SwallowsTheCtrlC(how)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            model.fit(np.zeros((20, 2)), np.zeros(20), batch_size=1, epochs=1, verbose=0,
-                      callbacks=[swallower, _experiment.StopAfterInterrupt()])
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    assert _interrupt.pressed
+    swallower, stop = SwallowsTheCtrlC(how), StopAfterInterrupt()
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(np.zeros((20, 2)), np.zeros(20), batch_size=1, epochs=1, verbose=0,
+                  callbacks=[stop, swallower])
+    assert stop.pressed
+    assert signal.getsignal(signal.SIGINT) is previous  # its handler lasts as long as training
     assert swallower.batches == [0, 1, 2]  # stopped at the end of the batch it was pressed in
     assert "Exception ignored" not in capsys.readouterr().err
 
@@ -95,7 +96,7 @@ def test_one_ctrl_c_stops_training_even_when_library_code_swallows_it(how, monke
 def test_only_what_ctrl_c_caused_goes_unprinted(while_interrupted, monkeypatch, capsys):
     """Library code can turn a Ctrl-C into another exception (TensorFlow's
     nest did, in a CI run, and printed its traceback); others still print."""
-    monkeypatch.setattr(sys, "unraisablehook", _interrupt.on_unraisable)
+    monkeypatch.setattr(sys, "unraisablehook", cli.on_unraisable)
 
     def raises(phase, info):
         if phase != "start":

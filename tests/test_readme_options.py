@@ -23,14 +23,14 @@ def config_table_rows(page=REFERENCE):
 
 
 def default_keys():
-    return {f"{section}.{key}" for section, values in _config.DEFAULTS.items()
+    return {f"{section}.{key}" for section, values in _config.defaults().items()
             for key in values}
 
 
 def test_the_table_lists_every_default_key_and_no_other():
     listed = set(config_table_rows())
-    assert listed - default_keys() == set(), "in docs/configuration.md, not in _config.DEFAULTS"
-    assert default_keys() - listed == set(), "in _config.DEFAULTS, not in docs/configuration.md"
+    assert listed - default_keys() == set(), "in docs/configuration.md, not in the defaults"
+    assert default_keys() - listed == set(), "in the defaults, not in docs/configuration.md"
 
 
 def test_the_readmes_essentials_are_rows_of_the_reference():
@@ -57,7 +57,7 @@ def test_the_table_states_each_plain_default():
     rows = config_table_rows()
     for key in default_keys():
         section, name = key.split(".")
-        default = _config.DEFAULTS[section][name]
+        default = _config.defaults()[section][name]
         if isinstance(default, (bool, int, float)) and key not in ("train.epochs", "train.lr"):
             # A table cell shows YAML: true, 0.1, 2048.
             shown = str(default).lower() if isinstance(default, bool) else str(default)

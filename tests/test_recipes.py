@@ -12,9 +12,9 @@ import tensorflow_datasets as tfds
 import recipes
 from callbacks.timing import EPOCH_KEYS
 from conftest import run_with
-from models import network_of
-from recipes import _data
-from recipes._experiment import Experiment
+from recipes import data as rdata
+from recipes import harness
+from recipes.data import network_of
 
 MODES = ["eager", "graph", "xla"]
 MODULES = sorted({recipes.module_of(name) for name in recipes.names()})
@@ -24,19 +24,16 @@ pytestmark = pytest.mark.slow  # every test here trains
 
 @pytest.mark.parametrize("name", MODULES)
 def test_build_says_what_run_trains_and_trains_nothing(name, tiny_config, tmp_path):
-    """`build(config)`: an Experiment with the compiled, untrained model for
-    the data, that writes nothing until its run directory is opened."""
+    """`build(config)`: the compiled, untrained model for the data, and
+    nothing written."""
     experiment = recipes.load(name).build(tiny_config(name, "train.epochs=3"))
-    assert isinstance(experiment, Experiment)
     model, data = experiment.model, experiment.data
     assert model.compiled and int(model.optimizer.iterations) == 0
     network = network_of(model)
     assert tuple(network.input_shape[1:]) == data.input_shape
     assert network.output_shape[-1] == data.num_classes
     assert data.steps_per_epoch == 2
-    assert experiment.run_dir is None and not (tmp_path / "run").exists()
-    assert experiment.open_run_dir() == experiment.run_dir == tmp_path / "run"
-    assert sorted(path.name for path in experiment.run_dir.iterdir()) == ["config.yaml"]
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -44,7 +41,7 @@ def test_build_says_what_run_trains_and_trains_nothing(name, tiny_config, tmp_pa
 def test_recipe_trains_in_each_mode(name, mode, tiny_config, tmp_path):
     config = tiny_config(name, f"execution.mode={mode}", "train.epochs=2")
 
-    metrics = recipes.load(name).run(config)
+    metrics = harness.train(config)
 
     run_dir = tmp_path / "run"
     assert metrics == json.loads((run_dir / "metrics.json").read_text())
@@ -66,11 +63,11 @@ def test_recipe_loads_tensorflow_datasets(name, tiny_config):
     config = tiny_config(name, "data.source=tfds")
     probe = CallCount()
     with tfds.testing.mock_data(num_examples=40):
-        metrics, data = run_with(recipes.load(name), config, probe)
+        metrics = run_with(recipes.load(name), config, probe)
     # tfds' 40 mock examples less the validation split, not 64 synthetic ones.
-    assert data.train_examples == 40 - round(40 * config["data"]["validation_split"])
+    assert metrics["train_examples"] == 40 - round(40 * config["data"]["validation_split"])
     # The recipe's own dataset: its YAML's data.name, on its module's model.
-    shape, classes = _data.DATASETS[config["data"]["name"]]
+    shape, classes = rdata.DATASETS[config["data"]["name"]]
     network = network_of(probe.model)
     assert (tuple(network.input_shape[1:]), network.output_shape[-1]) == (shape, classes)
     assert metrics["epochs_completed"] == 1 and math.isfinite(metrics["final"]["loss"])
@@ -82,7 +79,7 @@ def test_a_recipe_learns_learnable_synthetic_data(tiny_config):
     10% of chance after a few epochs."""
     config = tiny_config("mnist_mlp", "data.synthetic_examples=640", "data.batch_size=32",
                          "train.steps_per_epoch=null", "train.epochs=3")
-    metrics = recipes.load("mnist_mlp").run(config)
+    metrics = harness.train(config)
     assert metrics["test"]["accuracy"] > 0.5
 
 
@@ -95,7 +92,7 @@ def tensorboard_tags(log_dir):
 
 
 def test_metrics_json_contract(tiny_config, tmp_path):
-    metrics = recipes.load("mnist_mlp").run(
+    metrics = harness.train(
         tiny_config("mnist_mlp", "train.steps_per_epoch=4", "train.epochs=2"))
 
     # TensorBoard gets losses, metrics, the learning rate and the timing.
@@ -138,7 +135,7 @@ def test_metrics_json_contract(tiny_config, tmp_path):
 def test_recipe_trains_under_each_mixed_precision(name, precision, tiny_config, tmp_path):
     """Every precision the docs document, on every recipe module: the
     layers compute in the half type, and the loss stays finite."""
-    metrics = recipes.load(name).run(tiny_config(name, f"execution.precision={precision}"))
+    metrics = harness.train(tiny_config(name, f"execution.precision={precision}"))
     assert metrics["precision"] == precision
     assert math.isfinite(metrics["final"]["loss"])
     saved = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "last.keras")
@@ -148,7 +145,7 @@ def test_recipe_trains_under_each_mixed_precision(name, precision, tiny_config, 
 
 def test_the_documented_xla_bfloat16_densenet_command_trains(tiny_config):
     """docs/densenet.md: execution.mode=xla execution.precision=mixed_bfloat16."""
-    metrics = recipes.load("densenet_cifar100").run(tiny_config(
+    metrics = harness.train(tiny_config(
         "densenet_cifar100", "execution.mode=xla", "execution.precision=mixed_bfloat16"))
     assert (metrics["mode_used"], metrics["precision"]) == ("xla", "mixed_bfloat16")
     assert math.isfinite(metrics["final"]["loss"])
@@ -169,7 +166,7 @@ def test_mixed_precision_and_steps_per_execution(tiny_config):
     config = tiny_config("mnist_mlp", "execution.precision=mixed_bfloat16",
                          "execution.steps_per_execution=2", "train.steps_per_epoch=4")
     counter = CallCount()
-    metrics, _ = run_with(recipes.load("mnist_mlp"), config, counter)
+    metrics = run_with(recipes.load("mnist_mlp"), config, counter)
     assert "bfloat16" in {layer.compute_dtype for layer in counter.model.layers if layer.weights}
     assert int(counter.model.optimizer.iterations) == 4 and counter.calls == 2
     # The first call (two steps) traces; the second call's time is split

@@ -12,34 +12,45 @@ import pytest
 
 import recipes
 from conftest import ROOT, TINY, run_with
-from recipes import UserError, _config, _rundir
+from recipes import UserError, _config, harness
 
 
 class StopAfterFirstEpoch(keras.callbacks.Callback):
-    """Stands in for Ctrl-C right after epoch 1 is saved."""
+    """Stands in for Ctrl-C right after epoch 1 is saved (as epoch 2 begins:
+    the harness's callbacks come first, BackupAndRestore last)."""
 
-    def on_epoch_end(self, epoch, logs=None):
-        raise KeyboardInterrupt
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == 1:
+            raise KeyboardInterrupt
 
 
 class RecordStartingState(keras.callbacks.Callback):
-    """Records the weights and optimizer step that training starts from."""
+    """Records the weights and optimizer step that training starts from: as
+    the first epoch begins, once BackupAndRestore has restored them."""
 
-    def on_train_begin(self, logs=None):
-        self.weights = [w.copy() for w in self.model.get_weights()]
-        self.iterations = int(self.model.optimizer.iterations.numpy())
+    def on_epoch_begin(self, epoch, logs=None):
+        if not hasattr(self, "weights"):
+            self.weights = [w.copy() for w in self.model.get_weights()]
+            self.iterations = int(self.model.optimizer.iterations.numpy())
+
+
+def opened(config):
+    """The run directory the harness picks for `config`, after its checks."""
+    run = harness.Run.open(config)
+    run.close()
+    return run.dir
 
 
 def fit_with(recipe, config, callback):
-    """`run`, with one more callback after the standard ones."""
-    return run_with(recipe, config, callback)[0]
+    """The harness's run, with one more callback after its own."""
+    return run_with(recipe, config, callback)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("first_mode, then_mode", [("graph", "graph"), ("eager", "xla")])
 def test_rerun_continues_at_epoch_2_with_saved_state(first_mode, then_mode, tiny_config, tmp_path):
     recipe = recipes.load("mnist_mlp")
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(harness.Interrupted):
         fit_with(recipe, tiny_config("mnist_mlp", "train.epochs=3",
                                      f"execution.mode={first_mode}"), StopAfterFirstEpoch())
     run_dir = tmp_path / "run"
@@ -65,27 +76,27 @@ def test_resume_finds_the_latest_unfinished_run(tiny_config, tmp_path, monkeypat
     unfinished = tmp_path / "runs" / "mnist_mlp" / "20260101-000000"
     unfinished.mkdir(parents=True)
     config = tiny_config("mnist_mlp", "run.dir=null", "run.resume=true")
-    (unfinished / "config.yaml").write_text(_config.dump(config))
-    assert _rundir.choose(config).resolve() == unfinished
+    harness.write_config(unfinished, config)
+    assert opened(config).resolve() == unfinished
 
     (unfinished / "metrics.json").write_text("{}")
     with pytest.raises(UserError, match="no unfinished run to resume"):
-        _rundir.choose(config)
+        opened(config)
 
 
 def test_resume_refuses_a_finished_run_or_a_changed_config(tiny_config, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "config.yaml").write_text(_config.dump(tiny_config("mnist_mlp")))
+    harness.write_config(run_dir, tiny_config("mnist_mlp"))
     with pytest.raises(UserError, match="differs in data.batch_size"):
-        _rundir.choose(tiny_config("mnist_mlp", "data.batch_size=8"))
+        opened(tiny_config("mnist_mlp", "data.batch_size=8"))
     with pytest.raises(UserError, match="differs in execution.precision"):
-        _rundir.choose(tiny_config("mnist_mlp", "execution.precision=mixed_float16"))
+        opened(tiny_config("mnist_mlp", "execution.precision=mixed_float16"))
     # More epochs, or another execution mode, are resumable changes.
-    _rundir.choose(tiny_config("mnist_mlp", "train.epochs=5", "execution.mode=xla"))
+    opened(tiny_config("mnist_mlp", "train.epochs=5", "execution.mode=xla"))
     (run_dir / "metrics.json").write_text("{}")
     with pytest.raises(UserError, match="holds a finished run"):
-        _rundir.choose(tiny_config("mnist_mlp"))
+        opened(tiny_config("mnist_mlp"))
 
 
 @pytest.mark.slow
@@ -113,7 +124,7 @@ def test_cli_interrupt_says_how_to_resume(tmp_path):
 def test_an_exported_model_serves_without_this_code(tiny_config, tmp_path):
     """run.export=true: a SavedModel that plain TensorFlow loads and runs,
     in a process that cannot import this repository."""
-    metrics = recipes.load("graph_lessons").run(tiny_config("graph_lessons", "run.export=true"))
+    metrics = harness.train(tiny_config("graph_lessons", "run.export=true"))
     run_dir = tmp_path / "run"
     model = keras.saving.load_model(run_dir / "checkpoints" / "last.keras")
     images = np.random.default_rng(0).uniform(size=(3, 28, 28, 1)).astype("float32")
@@ -183,7 +194,7 @@ def test_two_runs_started_in_the_same_second_get_two_directories(tiny_config, tm
     monkeypatch.chdir(tmp_path)  # runs/ is relative to where the command runs
     monkeypatch.setattr(datetime, "datetime", Frozen)
     config = tiny_config("mnist_mlp", "run.dir=null")
-    first, second, third = (_rundir.choose(config) for _ in range(3))
+    first, second, third = (harness.choose(config)[0] for _ in range(3))
     assert [first.name, second.name, third.name] == [
         "20260101-120000", "20260101-120000-2", "20260101-120000-3"]
     assert all(d.is_dir() and not any(d.iterdir()) for d in (first, second, third))

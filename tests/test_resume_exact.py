@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY
-from recipes._array_batches import ArrayBatches
+from recipes.data import ArrayBatches
 from recipes.tools import soak
 
 # Trains a recipe as `python -m recipes run` does, on one CPU thread (where
@@ -32,11 +32,11 @@ if keras.backend.backend() == "tensorflow":
     tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.config.threading.set_intra_op_parallelism_threads(1)
 import recipes
-from recipes import _config
+from recipes import _config, harness
 metrics = []
 for overrides in json.loads(sys.argv[2]):
     config = _config.resolve(sys.argv[1], overrides=overrides, announce=lambda line: None)
-    metrics.append(recipes.load(sys.argv[1]).run(config))
+    metrics.append(harness.train(config))
 print(json.dumps(metrics))
 """
 

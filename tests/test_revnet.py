@@ -14,7 +14,7 @@ import tensorflow as tf
 import recipes
 from models.revnet import (VARIANTS, EntryUnit, ReversibleStage, depth, revnet, revnet_variant,
                            variant_spec)
-from recipes import UserError
+from recipes import UserError, harness
 from recipes.tools import memory as _memory
 
 # The paper's parameter counts (millions, CIFAR-10), and the depths in the names.
@@ -187,7 +187,7 @@ def test_reversible_memory_grows_much_slower_with_depth(function):
 ])
 def test_model_errors_are_user_errors(override, message, tiny_config):
     with pytest.raises(UserError, match=message):
-        recipes.load("revnet_cifar10").run(tiny_config("revnet_cifar10", override))
+        harness.train(tiny_config("revnet_cifar10", override))
 
 
 def test_bad_layer_arguments_are_value_errors():
@@ -201,7 +201,7 @@ def test_bad_layer_arguments_are_value_errors():
 @pytest.mark.slow
 @pytest.mark.parametrize("backprop", ["reversible", "remat"])
 def test_the_recipe_trains_and_its_checkpoint_loads(backprop, tiny_config, tmp_path):
-    metrics = recipes.load("revnet_cifar10").run(tiny_config(
+    metrics = harness.train(tiny_config(
         "revnet_cifar10", f"model.backprop={backprop}", "execution.mode=graph"))
     model = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "last.keras")
     stages = [layer for layer in model.layers if isinstance(layer, ReversibleStage)]

@@ -3,8 +3,8 @@
 import pytest
 
 import callbacks.run_estimate as run_estimate_module
-from callbacks import RunEstimate
-from recipes import _config, _experiment
+from callbacks.run_estimate import RunEstimate
+from recipes import _config, harness
 
 
 class Clock:
@@ -54,10 +54,12 @@ def test_bad_epochs_are_refused():
 
 
 def test_every_recipe_trains_with_it_naming_the_cpu_recipe_on_a_cpu(tmp_path):
-    config = _config.resolve("densenet_cifar100", overrides=["train.epochs=300"],
+    config = _config.resolve("densenet_cifar100", overrides=["train.epochs=300",
+                                                             f"run.dir={tmp_path / 'run'}"],
                              announce=lambda line: None)
-    chosen = [callback for callback in _experiment.standard_callbacks(config, tmp_path, None)
-              if isinstance(callback, RunEstimate)]
+    run = harness.Run.open(config)
+    run.close()
+    chosen = [callback for callback in run.callbacks() if isinstance(callback, RunEstimate)]
     assert [(callback.epochs, callback.over_a_day) for callback in chosen] == [
-        (300, _experiment.CPU_HINT)]  # this machine has no GPU
-    assert "densenet_cifar10_cpu" in _experiment.CPU_HINT
+        (300, harness.CPU_HINT)]  # this machine has no GPU
+    assert "densenet_cifar10_cpu" in harness.CPU_HINT

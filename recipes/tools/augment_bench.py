@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recipes import RUNS_DIR, UserError, _config, _rundir
+from recipes import RUNS_DIR, UserError, _config, harness
 from recipes._environment import device_label
 from recipes.tools import Command, compare
 from recipes.tools.tables import markdown_table, number_cell, write_csv
@@ -33,7 +33,7 @@ def benchmark(name, steps=compare.DEFAULT_STEPS, config_files=(), overrides=(), 
     Writes `operations.csv`, `training.csv` and `table.md` into `out_dir`
     (default `runs/augment-benchmark/NAME/<timestamp>`).
     """
-    from recipes import _augment, _data  # they import TensorFlow
+    from recipes import data  # imports Keras
 
     config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
     pipeline = config["data"]["augment"]
@@ -41,22 +41,22 @@ def benchmark(name, steps=compare.DEFAULT_STEPS, config_files=(), overrides=(), 
         raise UserError(f"{name} has no data.augment to benchmark; add some, e.g. "
                         "data.augment=[pad_crop,flip].")
     if out_dir is None:
-        out_dir = _rundir.timestamped(RUNS_DIR / "augment-benchmark" / name)
+        out_dir = harness.timestamped(RUNS_DIR / "augment-benchmark" / name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    shape, classes = _data.DATASETS[config["data"]["name"]]
+    shape, classes = data.DATASETS[config["data"]["name"]]
     batch_size = config["data"]["batch_size"]
     rng = np.random.default_rng(0)
     images = rng.uniform(size=(batch_size, *shape)).astype("float32")
     labels = np.eye(classes, dtype="float32")[rng.integers(0, classes, batch_size)]
     print(f"augmentation alone: {batches} batches of {batch_size} per operation and engine",
           flush=True)
-    operations = [(op, [op]) for op in _augment.OPERATIONS] + [("pipeline", pipeline)]
+    operations = [(op, [op]) for op in data.OPERATIONS] + [("pipeline", pipeline)]
     rows = []
-    for engine in _augment.ENGINES:
+    for engine in data.ENGINES:
         for label, entries in operations:
-            augment = _augment.pipeline(entries, one_hot=True, engine=engine)
+            augment = data.augmentation(entries, one_hot=True, engine=engine)
             row = {"engine": engine, "operation": label,
                    "host_images_per_s": _host_rate(augment, images, labels, batches),
                    "device_images_per_s": _device_rate(augment, images, labels, batches)}

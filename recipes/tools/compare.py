@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, _rundir
+from recipes import RUNS_DIR, UserError, _config, harness
 from recipes._environment import device_label
 from recipes.tools import Command, Option, count, plots
 from recipes.tools.sweep import parse_grid
@@ -85,7 +85,7 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
         _config.resolve(name, config_files, [*overrides, "execution.backend=jax"],
                         announce=lambda line: None)
     if out_dir is None:
-        out_dir = _rundir.timestamped(RUNS_DIR / "compare" / name)
+        out_dir = harness.timestamped(RUNS_DIR / "compare" / name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"comparing {', '.join(modes)} on {name}, {steps} steady steps each, "
@@ -171,7 +171,7 @@ def scaling(name, steps=DEFAULT_STEPS, config_files=(), overrides=(), repeats=1,
     per-replica batch: images/s and the scaling efficiency, global images/s
     over (replicas x the single device's). Returns the rows."""
     if out_dir is None:
-        out_dir = _rundir.timestamped(RUNS_DIR / "scaling" / name)
+        out_dir = harness.timestamped(RUNS_DIR / "scaling" / name)
     out_dir = Path(out_dir)
     rows = []
     for strategy in ("none", "mirrored"):
@@ -203,7 +203,7 @@ def compare_sizes(name, size_key=None, size_values=None, modes=DEFAULT_MODES, st
                             "e.g. size=model.hidden_units=[[64],[256],[1024],[4096]].")
         size_key, size_values = SIZES[module]
     if out_dir is None:
-        out_dir = _rundir.timestamped(RUNS_DIR / "compare-sizes" / name)
+        out_dir = harness.timestamped(RUNS_DIR / "compare-sizes" / name)
     out_dir = Path(out_dir)
     rows = []
     for number, value in enumerate(size_values, 1):

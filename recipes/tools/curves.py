@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from recipes import UserError, _rundir
+from recipes import UserError, harness
 from recipes.tools import Command, plots
 
 
@@ -25,7 +25,7 @@ def read_curve(run_dir):
     if not history.is_file():
         raise UserError(f"{run_dir} holds no history.csv: give the directory of a run "
                         "(runs/NAME/<timestamp>).")
-    rows = _rundir.read_rows(history, announce=print)  # a torn last row left out, said so
+    rows = harness.read_rows(history, announce=print)  # a torn last row left out, said so
     if not rows or "val_accuracy" not in rows[0] or "time_epoch_s" not in rows[0]:
         raise UserError(f"{history} has no val_accuracy and time_epoch_s columns.")
     minutes = list(itertools.accumulate(float(row["time_epoch_s"]) / 60 for row in rows))

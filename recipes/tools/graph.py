@@ -12,17 +12,17 @@ import shlex
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, _rundir
+from recipes import RUNS_DIR, UserError, _config, harness
 from recipes.tools import Command
 
 
 def write_graph(name, config_files=(), overrides=()):
     """Writes recipe `name`'s training-step graph; returns the output directory."""
-    out_dir = _rundir.timestamped(RUNS_DIR / "graph" / name)
+    out_dir = harness.timestamped(RUNS_DIR / "graph" / name)
     # Random images unless asked otherwise: the graph depends on shapes only.
     config = _config.resolve(name, config_files, [
         "data.source=synthetic", *overrides, f"run.dir={out_dir}", "run.verbose=0",
-        "callbacks.tensorboard=false", "callbacks.checkpoint=false", "callbacks.graph=false",
+        "callbacks.graph=false",
     ], announce=lambda line: None)
     if config["execution"]["mode"] == "eager":
         raise UserError("execution.mode=eager builds no graph: the step runs op by op. "

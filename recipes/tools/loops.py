@@ -7,7 +7,7 @@ train a recipe's compiled model with its own loss and optimizer.
 
 import tensorflow as tf
 
-from models import AugmentedModel
+from recipes.data import AugmentedModel
 
 
 def step_body(model):

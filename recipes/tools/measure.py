@@ -22,9 +22,9 @@ import numpy as np
 import tensorflow as tf
 
 import recipes
-from callbacks import Timing, execution_mode
-from models import network_of
-from recipes import _config, _environment
+from callbacks.timing import Timing, execution_mode
+from recipes import _config, _environment, harness
+from recipes.data import network_of
 from recipes.tools import loops
 from recipes.tools.compare import JAX_MODES, SPE, WARMUP_STEPS
 
@@ -48,8 +48,12 @@ def measure(job):
                       f"train.steps_per_epoch={SPE * (1 + -(-steps // SPE))}"]
     config = _config.resolve(job["name"], job["config_files"], overrides,
                              announce=lambda line: None)
-    experiment = recipes.load(job["name"]).build(config)
-    experiment.open_run_dir()  # its config.yaml says what this row measured
+    strategy = harness.prepare(config)
+    with strategy.scope():
+        experiment = recipes.load(job["name"]).build(config)
+    run_dir = Path(job["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    harness.write_config(run_dir, config)  # says what this row measured
     model, data = experiment.model, experiment.data
     timing = Timing(batch_size=data.batch_size)
     _train(mode, experiment, timing, config["train"]["steps_per_epoch"], steps)
@@ -65,7 +69,7 @@ def measure(job):
     achieved = flops_per_step / (summary["step_ms_median"] / 1000)
     row = {
         "mode": mode,
-        "replicas": experiment.strategy.num_replicas_in_sync,
+        "replicas": getattr(strategy, "num_replicas_in_sync", 1),
         "global_batch": experiment.data.batch_size,
         "mode_used": mode if mode.startswith("loop_") else execution_mode(model),
         "trace_s": trace_s,

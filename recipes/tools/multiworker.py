@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from recipes import UserError, _config, _rundir
+from recipes import UserError, _config, harness
 from recipes.tools import Command, count
 
 
@@ -55,11 +55,11 @@ def launch(name, workers, config_files=(), overrides=()):
     config = _config.resolve(name, config_files, overrides)
     # The run every worker joins: a new one, run.dir, or with run.resume the
     # latest unfinished one.
-    run_dir = _rundir.choose(config)
+    run_dir, _ = harness.choose(config)
     (run_dir / "workers").mkdir(parents=True, exist_ok=True)
     # Every worker must resume from the same epoch: one killed while writing
     # its backup falls back to its previous state, and the others would not.
-    restored = {directory: _rundir.check_backup(directory) for directory in
+    restored = {directory: harness.saved_epochs(directory / "backup") for directory in
                 [run_dir, *(run_dir / "workers" / f"worker-{i}" for i in range(1, workers))]}
     if len(set(restored.values())) > 1:
         raise UserError("The workers' backups hold different epochs ("

@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, _rundir
+from recipes import RUNS_DIR, UserError, _config, harness
 from recipes.tools import Command, tables
 
 WARMUP_STEPS, PROFILED_STEPS = 5, 3
@@ -47,29 +47,31 @@ def kind_of(kernel):
 
 def profile(name, config_files=(), overrides=()):
     """Profiles recipe `name`'s training steps; prints and returns the table's path."""
-    out_dir = _rundir.timestamped(RUNS_DIR / "profile" / name)
+    out_dir = harness.timestamped(RUNS_DIR / "profile" / name)
     first = WARMUP_STEPS + 1
     forced = ["train.epochs=1", f"train.steps_per_epoch={WARMUP_STEPS + PROFILED_STEPS}",
-              f"callbacks.profile={first},{first + PROFILED_STEPS - 1}",
-              "callbacks.tensorboard=true", "callbacks.checkpoint=false", f"run.dir={out_dir}",
-              "run.verbose=0"]
-    config = _config.resolve(name, config_files, [*overrides, *forced], announce=lambda line: None)
+              f"run.dir={out_dir}", "run.verbose=0"]
+    config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
     if config["train"].get("warmup_epochs"):  # one epoch leaves no room for a warm-up
         forced.append("train.warmup_epochs=0")
     config = _config.resolve(name, config_files, [*overrides, *forced], announce=print)
     if config["execution"]["mode"] == "eager":
         raise UserError("profile times graph ops; execution.mode=eager runs op by op "
                         "from Python. Use execution.mode=graph or xla.")
-    from recipes import _experiment  # imports TensorFlow: only once the command runs
+    import keras  # imports TensorFlow: only once the command runs
 
-    experiment = recipes.load(name).build(config)
-    run_dir, data = experiment.open_run_dir(), experiment.data
-    # The recipe's callbacks, the TensorBoard profiler among them; no
-    # validation: the profile covers training steps only.
+    with harness.prepare(config).scope():
+        experiment = recipes.load(name).build(config)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    harness.write_config(out_dir, config)  # says what this profile measured
+    data = experiment.data
+    # Keras' TensorBoard profiler; no validation: the profile covers
+    # training steps only.
+    profiler = keras.callbacks.TensorBoard(out_dir / "tensorboard",
+                                           profile_batch=(first, first + PROFILED_STEPS - 1))
     experiment.model.fit(data.train, epochs=config["train"]["epochs"],
-                         steps_per_epoch=data.steps_per_epoch,
-                         callbacks=_experiment.standard_callbacks(config, run_dir, data),
-                         verbose=_experiment.fit_verbose(config))
+                         steps_per_epoch=data.steps_per_epoch, callbacks=[profiler],
+                         verbose=harness.fit_verbose(config))
     traces = sorted((out_dir / "tensorboard" / "train" / "plugins" / "profile").glob("*/*.xplane.pb"))
     if not traces:
         raise UserError(f"The profiler wrote no trace under {out_dir}: is tensorboard-plugin-profile "

@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, _rundir
+from recipes import RUNS_DIR, UserError, _config, harness
 from recipes.tools import Command
 from recipes.tools.tables import markdown_table, write_csv
 
@@ -83,12 +83,12 @@ def sweep(name, grid_items, config_files=(), overrides=(), sweep_dir=None, one_a
     rows = []
     for number, (settings, run_dir, config) in enumerate(combinations, 1):
         label = ", ".join(f"{key}={_text(value)}" for key, value in settings.items())
-        if (run_dir / "metrics.json").exists():
+        metrics = harness.read_metrics(run_dir)
+        if metrics is not None:
             print(f"[{number}/{len(combinations)}] {label}: finished before, skipped", flush=True)
         else:
             print(f"[{number}/{len(combinations)}] {label}", flush=True)
-            recipes.load(name).run(config)
-        metrics = json.loads((run_dir / "metrics.json").read_text())
+            metrics = harness.train(config)
         rows.append({**settings, **_row(metrics)})
         write_tables(sweep_dir, [*keys, *COLUMNS], rows)
 
@@ -123,7 +123,7 @@ def _row(metrics):
     epoch_s = metrics["timing"]["epoch_s"]
     # The best epoch's, whatever callbacks.monitor picked for best.keras.
     accuracies = [epoch["val_accuracy"] for epoch in
-                  _rundir.read_history(Path(metrics["run_dir"]) / "history.csv")
+                  harness.read_history(Path(metrics["run_dir"]) / "history.csv")
                   if "val_accuracy" in epoch]
     best = max(accuracies, default=None)
     return {

@@ -1,0 +1,277 @@
+"""Exit 0 means the run did what it said: every value is checked before a
+run starts, one process trains a run directory at a time, and no file lies
+after a fault. Each case is what a user typed or did, run through the
+command line's own code (`recipes.__main__.run_cli`), and each failed before
+the checks it tests were written."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import ROOT, TINY
+from recipes import __main__ as cli
+from recipes import data as rdata
+from recipes import harness
+
+
+def run(capsys, *args):
+    """(exit status, stdout, stderr) of `python -m recipes ARGS`, in this process."""
+    capsys.readouterr()
+    status = cli.run_cli([*map(str, args)])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def train(capsys, run_dir, *overrides):
+    return run(capsys, "run", "mnist_mlp", *TINY, f"run.dir={run_dir}", *overrides)
+
+
+def epochs_in(run_dir):
+    with (run_dir / "history.csv").open(newline="") as file:
+        return [int(row["epoch"]) for row in csv.DictReader(file)]
+
+
+# ---------------------------------------------------------------- values
+
+@pytest.mark.parametrize("override, message", [
+    ("execution.seed=-1", "'execution.seed' must be from 0 to 2**32 - 1"),
+    ("execution.seed=1099511627776", "'execution.seed' must be from 0 to 2**32 - 1"),
+    ("data.shuffle_buffer=0", "'data.shuffle_buffer' must be at least 1"),
+    ("data.shuffle_buffer=-5", "'data.shuffle_buffer' must be at least 1"),
+    ("model.dropout=1.5", "'model.dropout' must be at least 0 and below 1"),
+    ("model.dropout=-0.1", "'model.dropout' must be at least 0 and below 1"),
+    ("model.hidden_units=[0]", "'model.hidden_units' must be a list of layer widths"),
+    ("model.hidden_units=[-5]", "'model.hidden_units' must be a list of layer widths"),
+    ("execution.steps_per_execution=0", "'execution.steps_per_execution' must be at least 1"),
+    ("execution.steps_per_execution=-1", "'execution.steps_per_execution' must be at least 1"),
+    ("callbacks.monitor=val_acc", "'callbacks.monitor' must be one of val_accuracy, val_loss"),
+    ("run.dir=''", "'run.dir' must be a folder's path, not empty"),
+])
+def test_a_value_no_run_can_use_is_one_line_before_anything_is_written(
+        override, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # run.dir='' would have written here
+    status, _, err = run(capsys, "run", "mnist_mlp", *TINY, override)
+    assert status == 2 and err.startswith("error: ") and message in err, err
+    assert "Traceback" not in err and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("content", [bytes(range(256)) * 4, "# caf\xe9\ntrain:\n  epochs: 2\n".encode("latin-1")])
+def test_a_config_file_that_is_not_text_is_one_line(content, capsys, tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_bytes(content)
+    status, _, err = run(capsys, "run", "mnist_mlp", "--config", path, *TINY)
+    assert status == 2 and f"{path} is not UTF-8 text" in err
+
+
+def test_too_few_synthetic_images_to_validate_on_are_refused_or_warned(capsys, tmp_path):
+    status, _, err = train(capsys, tmp_path / "a", "data.validation_split=0.0001")
+    assert status == 2 and "holds out no image to validate on" in err
+    rdata.load({"source": "synthetic", "validation_split": 0.01, "batch_size": 16})
+    assert "holds out 20 image(s)" in capsys.readouterr().out
+
+
+def test_settings_that_cannot_work_together_are_one_line(capsys, tmp_path):
+    status, _, err = run(capsys, "run", "densenet_cifar10_cpu", *TINY, "model.widths=[8,8]",
+                         "model.growth_rates=[4,4,4]", f"run.dir={tmp_path}")
+    assert status == 2 and "model.widths and model.growth_rates need one entry per block" in err
+
+
+def test_a_config_section_with_every_key_commented_out_sets_nothing(capsys, tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("train:\n  # epochs: 2\n")
+    status, out, _ = run(capsys, "show", "mnist_mlp", "--config", path)
+    assert status == 0 and "epochs: 20" in out
+
+
+def test_a_16_bit_png_is_refused_in_one_line(tmp_path):
+    for name in ("cat", "dog"):
+        (tmp_path / "train" / name).mkdir(parents=True)
+        Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / "train" / name / "0.png")
+    deep = tmp_path / "train" / "dog" / "deep.png"
+    Image.fromarray(np.full((8, 8), 40000, np.uint16)).save(deep)
+    with pytest.raises(rdata.ConfigError, match=f"{deep} is a 16-bit PNG"):
+        rdata.folder_arrays(tmp_path / "train", (8, 8, 1))
+
+
+# ---------------------------------------------------------------- files that lie
+
+@pytest.mark.slow
+def test_a_last_history_row_without_its_newline_is_whole(capsys, tmp_path):
+    run_dir = tmp_path / "run"
+    assert train(capsys, run_dir, "train.epochs=2")[0] == 0
+    history = run_dir / "history.csv"
+    history.write_bytes(history.read_bytes().rstrip(b"\r\n"))
+    status, out, _ = train(capsys, run_dir, "train.epochs=4")
+    assert status == 0 and "from 2 to 4 epochs" in out
+    assert epochs_in(run_dir) == [0, 1, 2, 3]
+    assert json.loads((run_dir / "metrics.json").read_text())["epochs_completed"] == 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage, message", [
+    ("epoch 99", "its backup holds 99 finished epochs, more than train.epochs=4"),
+    ("history gone", "but {run}/history.csv records none"),
+    ("history short", "but {run}/history.csv records 0"),
+])
+def test_a_backup_that_history_does_not_back_is_refused_before_anything_changes(
+        damage, message, capsys, tmp_path):
+    run_dir = tmp_path / "run"
+    stop = train(capsys, run_dir, "train.epochs=4", "train.steps_per_epoch=2")
+    assert stop[0] == 0
+    (run_dir / "metrics.json").unlink()  # as if it had stopped after its last epoch
+    metadata = run_dir / "backup" / "training_metadata.json"
+    if damage == "epoch 99":
+        metadata.write_text(json.dumps({"epoch": 99}))
+    elif damage == "history gone":
+        metadata.write_text(json.dumps({"epoch": 2}))
+        (run_dir / "history.csv").unlink()
+    else:
+        metadata.write_text(json.dumps({"epoch": 2}))
+        lines = (run_dir / "history.csv").read_text().splitlines(keepends=True)
+        (run_dir / "history.csv").write_text("".join(lines[:2]))
+    before = {path: path.read_bytes() for path in run_dir.rglob("*")
+                 if path.is_file() and path.name != ".lock"}
+    status, _, err = train(capsys, run_dir, "train.epochs=4", "train.steps_per_epoch=2")
+    assert status == 2 and message.format(run=run_dir) in err, err
+    assert {path: path.read_bytes() for path in run_dir.rglob("*")
+                 if path.is_file() and path.name != ".lock"} == before
+
+
+def test_a_second_process_on_one_run_directory_is_refused_naming_the_first(capsys, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+         "f.write('process 4242 (python -m recipes run)'); f.flush(); "
+         "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
+         str(run_dir / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        status, _, err = train(capsys, run_dir)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert status == 2 and f"{run_dir} is in use by process 4242" in err
+    assert not (run_dir / "history.csv").exists()
+
+
+@pytest.mark.slow
+def test_a_closed_standard_output_does_not_end_training(tmp_path):
+    """`... | head -3`: the reader goes, the run trains every epoch it was asked for."""
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "recipes", "run", "mnist_mlp", *TINY, "train.epochs=3",
+         "run.verbose=2", f"run.dir={run_dir}"], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    process.stdout.readline()
+    process.stdout.close()  # as `head -1` does
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err[-2000:]
+    assert epochs_in(run_dir) == [0, 1, 2]
+    assert json.loads((run_dir / "metrics.json").read_text())["epochs_completed"] == 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("edit, message", [
+    (lambda text: "", "config.yaml is not the config this run wrote"),
+    (lambda text: text[:len(text) // 2], "config.yaml is not the config this run wrote"),
+    (lambda text: text.replace("lr: 0.001", "lr: 0.1"), "config.yaml is not the config this run wrote"),
+])
+def test_a_damaged_or_edited_config_yaml_is_named_as_such(edit, message, capsys, tmp_path):
+    run_dir = tmp_path / "run"
+    assert train(capsys, run_dir, "train.epochs=2")[0] == 0
+    (run_dir / "metrics.json").unlink()
+    path = run_dir / "config.yaml"
+    path.write_text(edit(path.read_text()))
+    status, _, err = train(capsys, run_dir, "train.epochs=2")
+    assert status == 2 and message in err, err
+
+
+@pytest.mark.slow
+def test_a_resume_with_another_model_or_without_its_config_names_what_differs(capsys, tmp_path):
+    run_dir = tmp_path / "run"
+    assert train(capsys, run_dir, "model.hidden_units=[32]")[0] == 0
+    (run_dir / "metrics.json").unlink()
+    status, _, err = train(capsys, run_dir, "model.hidden_units=[16]")
+    assert status == 2 and "its config differs in model.hidden_units" in err
+    status, _, err = run(capsys, "run", "cifar10_cnn", *TINY, f"run.dir={run_dir}")
+    assert status == 2 and "its config differs in " in err and "recipe" in err
+    (run_dir / "config.yaml").unlink()
+    status, _, err = train(capsys, run_dir, "model.hidden_units=[32]", "data.batch_size=32")
+    assert status == 2 and "holds a run's backup or history but no config.yaml" in err
+
+
+@pytest.mark.slow
+def test_changing_the_backend_on_resume_is_refused(tiny_config, capsys, tmp_path):
+    """(Through the harness: this process's Keras runs on TensorFlow, so the
+    command line would refuse JAX before looking at the run.)"""
+    run_dir = tmp_path / "run"
+    assert train(capsys, run_dir)[0] == 0
+    (run_dir / "metrics.json").unlink()
+    with pytest.raises(harness.UserError, match="differs in execution.backend"):
+        harness.Run.open(tiny_config("mnist_mlp", "execution.backend=jax"))
+
+
+@pytest.mark.slow
+def test_a_finished_run_with_no_whole_backup_is_refused_before_any_file_changes(capsys, tmp_path):
+    run_dir = tmp_path / "run"
+    assert train(capsys, run_dir, "train.epochs=2")[0] == 0
+    for name in ("latest.weights.h5", "latest.weights.h5.bkp"):
+        (run_dir / "backup" / name).write_bytes(b"garbage")
+    before = {path: path.read_bytes() for path in run_dir.rglob("*")
+                 if path.is_file() and path.name != ".lock"}
+    status, _, err = train(capsys, run_dir, "train.epochs=3")
+    assert status == 2 and "latest.weights.h5 is damaged" in err
+    assert {path: path.read_bytes() for path in run_dir.rglob("*")
+                 if path.is_file() and path.name != ".lock"} == before
+
+
+def test_a_damaged_best_checkpoint_is_removed_and_said_so(tiny_config, tmp_path, capsys):
+    config = tiny_config("mnist_mlp")
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "best.keras").write_bytes(b"PK\x03\x04 cut short by a full disk")
+    state = harness.inspect(run_dir, config)
+    state.apply(run_dir, config, print)
+    assert "best.keras was damaged" in capsys.readouterr().out
+    assert not (run_dir / "checkpoints" / "best.keras").exists()
+
+
+def test_a_full_disk_is_one_line_that_says_how_to_go_on():
+    import errno
+
+    status, message = cli.exit_status(OSError(errno.ENOSPC, "No space left on device",
+                                              "runs/x/backup/latest.weights.h5"))
+    assert status == 2 and message.startswith("error: the disk is full")
+    assert "run.resume=true" in message
+
+
+def test_the_best_epoch_is_the_rows_epoch_not_its_position():
+    rows = [{"epoch": 0, "val_accuracy": 0.5}, {"epoch": 2, "val_accuracy": 0.9},
+            {"epoch": 3, "val_accuracy": 0.7}]
+    assert harness._best_epoch(rows, "val_accuracy")["epoch"] == 2
+
+
+@pytest.mark.slow
+def test_a_sweep_run_again_after_a_damaged_metrics_json_repairs_it(tmp_path, capsys):
+    from recipes.tools import sweep
+
+    overrides = [*TINY, "model.hidden_units=[8]"]
+    first = sweep.sweep("mnist_mlp", ["train.lr=[0.01,0.02]"], overrides=overrides,
+                        sweep_dir=tmp_path)
+    damaged = Path(first[1]["run_dir"]) / "metrics.json"
+    damaged.write_text(damaged.read_text()[:40])
+    capsys.readouterr()
+
+    again = sweep.sweep("mnist_mlp", ["train.lr=[0.01,0.02]"], overrides=overrides,
+                        sweep_dir=tmp_path)
+
+    assert "metrics.json was damaged" in capsys.readouterr().out
+    assert json.loads(damaged.read_text())["epochs_completed"] == 1
+    assert [row["test_accuracy"] for row in again] == [row["test_accuracy"] for row in first]
