@@ -16,7 +16,7 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe sweep compare compare-sizes benchmark benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak test test-fast tensorboard clean
+.PHONY: help setup list show recipe sweep compare compare-sizes benchmark benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak battery test test-fast tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
@@ -36,6 +36,7 @@ help:
 	@echo "make graph NAME=<recipe> [ARGS=...]                training-step graph for TensorBoard, no training"
 	@echo "make profile NAME=<recipe> [ARGS=...]              where a training step's time goes, by kind of op"
 	@echo "make soak [NAME=mnist_mlp] [KILLS=20] [ARGS=...]    kill -9 a training N times, resume each; what survived"
+	@echo "make battery [ARGS=\"--only 1,5 --out FILE.md\"]     bad inputs and faults a user could hit: a table"
 	@echo "make show NAME=<recipe> [ARGS=...]                 print its resolved config"
 	@echo "make list                                          every recipe"
 	@echo "make test                                          the offline test suite"
@@ -140,6 +141,12 @@ KILLS ?= 20
 SOAK_ARGS ?= data.source=synthetic train.epochs=60 train.steps_per_epoch=20
 soak: $(INSTALLED)
 	@$(PY) -m recipes soak $(or $(NAME),mnist_mlp) kills=$(KILLS) $(SOAK_ARGS) $(ARGS)
+
+# Each bad input or fault a new user could hit, run as a user would, against
+# what a correct outcome is (refused, trains, stops then resumes); a table of
+# what happened (tests/fault_battery.py). Not a test: it reports.
+battery: $(INSTALLED)
+	@$(PY) tests/fault_battery.py $(ARGS)
 
 # A few training steps under the profiler, and where their time goes by
 # kind of op (convolution, batch norm, ...). Not a test: it reports.

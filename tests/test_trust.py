@@ -275,3 +275,14 @@ def test_a_sweep_run_again_after_a_damaged_metrics_json_repairs_it(tmp_path, cap
     assert "metrics.json was damaged" in capsys.readouterr().out
     assert json.loads(damaged.read_text())["epochs_completed"] == 1
     assert [row["test_accuracy"] for row in again] == [row["test_accuracy"] for row in first]
+
+
+@pytest.mark.slow
+def test_the_fault_battery_runs_its_cases_and_tables_them(tmp_path):
+    """`make battery`: here its first two cases."""
+    table = tmp_path / "battery.md"
+    result = subprocess.run([sys.executable, "tests/fault_battery.py", "--only", "1,2",
+                             "--out", str(table)], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "| OK | 2 |" in table.read_text()
