@@ -188,3 +188,42 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     process.stdout.close()  # before the child, still importing, writes a line
     assert process.wait(timeout=60) == 0
     assert "Traceback" not in process.stderr.read()
+
+
+def imports_of(path):
+    """The modules of ours that the Python file at `path` imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return {name for name in found if name.split(".")[0] in ("recipes", "models", "callbacks")}
+
+
+def test_no_module_of_ours_imports_itself_through_others():
+    """No import cycle, not even through a function-local import."""
+    modules = {".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): path
+               for folder in ("recipes", "models", "callbacks") for path in (ROOT / folder).rglob("*.py")}
+    graph = {name: {other for other in imports_of(path) if other in modules and other != name}
+             for name, path in modules.items()}
+    # A package's __init__ runs before any of its modules: importing one imports it too.
+    for name in modules:
+        parent = name.rpartition(".")[0]
+        if parent in modules:
+            graph[name].add(parent)
+
+    def cycle_from(start):
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    return path + [start]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, path + [nxt]))
+        return None
+
+    assert [cycle for cycle in map(cycle_from, graph) if cycle] == []
+    assert graph["recipes.harness"] > {"recipes"} and graph["recipes.data"] == {"recipes"}
