@@ -295,7 +295,7 @@ def _read_yaml(path, module):
         raise UserError(f"{path} is not UTF-8 text: a config file is YAML, written in "
                         "UTF-8.") from None
     except yaml.YAMLError as error:
-        raise UserError(f"{path} is not valid YAML: {error}") from None
+        raise UserError(f"{path} is not valid YAML: {_one_line(error)}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path} must hold a mapping of sections, "
                         f"got {type(data).__name__}.")
@@ -306,6 +306,14 @@ def _read_yaml(path, module):
         raise UserError(f"{path} is written for the '{written_for}' recipe (its "
                         f"`recipe:` key says so); it does not apply to '{module}'.")
     return data
+
+
+def _one_line(error):
+    """A YAML error as one line: what is wrong, and where (PyYAML prints the
+    text around it on lines of their own)."""
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    return f"{getattr(error, 'problem', None) or error}{where}"
 
 
 def _parse_override(item):

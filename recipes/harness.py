@@ -534,6 +534,7 @@ def inspect(run_dir, config):
                         "written again when this run ends.",
                         lambda: (run_dir / "metrics.json").unlink(missing_ok=True)))
     rows, torn = _history_lines(history_path)
+    _check_header(history_path)
     epochs, problem = _saved_state(backup, "")
     if epochs is None and backup.exists():
         previous, _ = _saved_state(backup, ".bkp")
@@ -558,7 +559,7 @@ def inspect(run_dir, config):
                         f"more than train.epochs={wanted}. A backup past the run's end is "
                         "damaged or from another run: start a new run.dir.")
     numbers = [int(float(row["epoch"])) for row in rows]
-    if numbers[:epochs] != list(range(epochs)):
+    if [number for number in numbers if number < epochs] != list(range(epochs)):
         raise UserError(
             f"Cannot resume {run_dir}: its backup holds {epochs} finished epoch(s), but "
             f"{history_path} records {_ranges(numbers) if numbers else 'none'}: the history "
@@ -577,7 +578,8 @@ def inspect(run_dir, config):
                         "epochs", lambda: (run_dir / "metrics.json").rename(
                             run_dir / f"metrics-{epochs}-epochs.json")))
     # CSVLogger appends: a last row without its newline would be joined to the next.
-    unterminated = history_path.exists() and not history_path.read_bytes().endswith(b"\n")
+    text = history_path.read_bytes() if history_path.exists() else b""
+    unterminated = text and not text.endswith(b"\n")
     if torn or len(rows) > epochs or unterminated:
         repairs.append(("repaired " + _torn_note(history_path, torn) if torn else "",
                         lambda: _keep_rows(history_path, epochs)))
@@ -809,12 +811,35 @@ def _keep_rows(path, epochs):
     """Rewrites history.csv with the header and the whole rows of the epochs
     before `epochs`: the later ones are trained again, and a torn row goes."""
     rows, _ = _history_lines(path)
-    with path.open(newline="") as file:
-        header = next(csv.reader(file))
+    header = _header(path)
+    if not header:  # a kill while CSVLogger wrote it: it writes the header again
+        path.write_text("")
+        return
     with path.open("w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=header, lineterminator="\n")
         writer.writeheader()
         writer.writerows(row for row in rows if int(float(row["epoch"])) < epochs)
+
+
+def _header(path):
+    """history.csv's column names, or [] while it has no whole header line."""
+    with path.open(newline="") as file:
+        first = file.readline()
+    return next(csv.reader([first])) if first.endswith("\n") else []
+
+
+def _check_header(path):
+    """Refuses a history.csv header that CSVLogger did not write: it appends
+    rows in its own column order, so rows under another header would lie."""
+    names = _header(path)[1:] if path.exists() else []
+    logged = [name for name in names if not name.startswith("val_")]
+    # CSVLogger's order: the logged names sorted, or, without validation
+    # logs, sorted and then each again with val_.
+    if names and names not in (sorted(names), logged + [f"val_{n}" for n in logged]):
+        raise UserError(f"{path}'s columns are not in the order CSVLogger writes them (epoch, "
+                        "then the logged names sorted): a column was added or moved by hand, "
+                        "and the rows this run appends would not match it. Restore the header, "
+                        "or start a new run.dir.")
 
 
 def _torn_note(path, torn):

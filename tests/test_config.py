@@ -84,8 +84,9 @@ def test_missing_or_malformed_config_file(tmp_path):
         resolve(files=[tmp_path / "missing.yaml"])
     broken = tmp_path / "broken.yaml"
     broken.write_text("train: [unclosed\n")
-    with pytest.raises(UserError, match="is not valid YAML"):
+    with pytest.raises(UserError, match="is not valid YAML") as error:
         resolve(files=[broken])
+    assert "\n" not in str(error.value) and "at line 2" in str(error.value)  # one line, and where
 
 
 def test_unknown_recipe_lists_the_closest_and_all():

@@ -118,6 +118,8 @@ def test_a_last_history_row_without_its_newline_is_whole(capsys, tmp_path):
     ("epoch 99", "its backup holds 99 finished epochs, more than train.epochs=4"),
     ("history gone", "but {run}/history.csv records none"),
     ("history short", "but {run}/history.csv records 0"),
+    ("row duplicated", "but {run}/history.csv records 0-1, 1"),
+    ("column added", "columns are not in the order CSVLogger writes them"),
 ])
 def test_a_backup_that_history_does_not_back_is_refused_before_anything_changes(
         damage, message, capsys, tmp_path):
@@ -133,14 +135,34 @@ def test_a_backup_that_history_does_not_back_is_refused_before_anything_changes(
         (run_dir / "history.csv").unlink()
     else:
         metadata.write_text(json.dumps({"epoch": 2}))
-        lines = (run_dir / "history.csv").read_text().splitlines(keepends=True)
-        (run_dir / "history.csv").write_text("".join(lines[:2]))
+        lines = (run_dir / "history.csv").read_text().splitlines(keepends=True)[:3]
+        if damage == "history short":
+            lines = lines[:2]
+        elif damage == "row duplicated":
+            lines.append(lines[-1])
+        else:  # as a spreadsheet or pandas might save it: rows under another header
+            lines = [line.rstrip("\r\n") + (",extra\n" if i == 0 else ",0.5\n")
+                     for i, line in enumerate(lines)]
+        (run_dir / "history.csv").write_text("".join(lines))
     before = {path: path.read_bytes() for path in run_dir.rglob("*")
                  if path.is_file() and path.name != ".lock"}
     status, _, err = train(capsys, run_dir, "train.epochs=4", "train.steps_per_epoch=2")
     assert status == 2 and message.format(run=run_dir) in err, err
     assert {path: path.read_bytes() for path in run_dir.rglob("*")
                  if path.is_file() and path.name != ".lock"} == before
+
+
+def test_a_run_killed_before_its_first_epoch_ended_trains_from_the_start(capsys, tmp_path):
+    """What a kill leaves then: config.yaml and an empty history.csv."""
+    run_dir = tmp_path / "run"
+    assert train(capsys, run_dir, "train.epochs=1")[0] == 0
+    for path in [run_dir / "metrics.json", *run_dir.glob("*/*"), *run_dir.glob("*/*/*")]:
+        if path.is_file():
+            path.unlink()
+    (run_dir / "history.csv").write_text("")
+    status, _, err = train(capsys, run_dir, "train.epochs=2")
+    assert status == 0, err
+    assert epochs_in(run_dir) == [0, 1]
 
 
 def test_a_second_process_on_one_run_directory_is_refused_naming_the_first(capsys, tmp_path):
