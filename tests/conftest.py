@@ -24,6 +24,29 @@ from recipes import _config  # noqa: E402
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 
+_IN_A_FAST_TEST = []  # non-empty while a test runs under `make test-fast`
+
+
+def pytest_configure(config):
+    """`make test-fast` (-m "not slow") starts no process from a test, as its
+    help line says: a test that tries fails there, and belongs among the slow
+    ones. (pytest-xdist's own workers are processes, started outside tests.)"""
+    if config.getoption("markexpr") == "not slow":
+        def refuse(event, args):
+            if _IN_A_FAST_TEST and event in ("subprocess.Popen", "os.system", "os.posix_spawn"):
+                raise RuntimeError(f"make test-fast starts no process: mark this test slow "
+                                   f"({event} {args[:2]})")
+        sys.addaudithook(refuse)
+
+
+@pytest.fixture(autouse=True)
+def _no_process_under_test_fast(request):
+    fast = request.config.getoption("markexpr") == "not slow"
+    _IN_A_FAST_TEST[:] = [True] if fast else []
+    yield
+    _IN_A_FAST_TEST.clear()
+
+
 # A few steps on a handful of random examples: enough to exercise every stage.
 TINY = [
     "data.source=synthetic",

@@ -122,6 +122,7 @@ def test_the_private_attribute_guard_finds_what_it_looks_for():
     assert found(ours) == []
 
 
+@pytest.mark.slow  # a process of its own
 def test_list_and_show_import_no_tensorflow():
     script = ("import sys; from recipes.__main__ import main; "
               "main(['list']); main(['show', 'densenet_cifar100', 'model.depth=40']); "
@@ -181,6 +182,7 @@ def test_an_augmented_model_saves_and_loads_as_its_network(tmp_path):
     assert model.count_params() == network.count_params()
 
 
+@pytest.mark.slow  # a process of its own
 def test_a_reader_that_stops_early_gets_no_traceback():
     """`python -m recipes list | head -1`: the pipe closes before the list is written."""
     process = subprocess.Popen([sys.executable, "-m", "recipes", "list"], cwd=ROOT,

@@ -211,6 +211,7 @@ def test_the_pages_show_commands_the_search_finds():
         "recipe", "compare", "sweep", "memory", "soak", "benchmark", "graph"}
 
 
+@pytest.mark.slow  # `make` expands the commands
 @pytest.mark.parametrize("page", PAGES, ids=page_id)
 def test_every_shown_command_resolves_as_the_command_line_would(page, monkeypatch):
     """Each command through `python -m recipes`' own `main`, up to the call of
@@ -247,6 +248,7 @@ RUN_ELSEWHERE = {
 }
 
 
+@pytest.mark.slow  # `make` expands the commands
 def test_each_command_run_elsewhere_is_shown_and_its_test_exists():
     shown = {shlex.join(words) for _, words in all_commands()}
     for command, test in RUN_ELSEWHERE.items():
@@ -356,6 +358,7 @@ def runs():
     return sorted(cases.items())
 
 
+@pytest.mark.slow  # `make` expands the commands
 def test_every_shown_grid_value_resolves():
     """Each value of a shown sweep's grid or compare-sizes' sizes, as they
     resolve it: `tiny` runs a grid over a model size at the tiny size only,
@@ -386,8 +389,15 @@ for argv in json.loads(sys.argv[1]):
 """
 
 
+def pytest_generate_tests(metafunc):
+    """The shown commands' cases, found by expanding them through `make`:
+    not under `make test-fast`, which starts no process and runs none of them."""
+    if metafunc.function.__name__ == "test_every_shown_command_runs_for_a_few_steps":
+        fast = metafunc.config.getoption("markexpr") == "not slow"
+        metafunc.parametrize("case", [] if fast else runs(), ids=lambda case: case[0][:150])
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("case", runs(), ids=lambda case: case[0][:150])
 def test_every_shown_command_runs_for_a_few_steps(case, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # runs/ is relative to where the command runs
     # The processes tools start import this repository from elsewhere now.

@@ -165,6 +165,7 @@ def test_a_run_killed_before_its_first_epoch_ended_trains_from_the_start(capsys,
     assert epochs_in(run_dir) == [0, 1]
 
 
+@pytest.mark.slow  # a second process
 def test_a_second_process_on_one_run_directory_is_refused_naming_the_first(capsys, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
