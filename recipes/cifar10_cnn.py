@@ -1,4 +1,4 @@
-"""Small CNN on CIFAR-10: two stages of two 3x3 convolutions, then a dense head; expect ~71%.
+"""Small CNN on CIFAR-10: two stages of two 3x3 convolutions, then a dense head; expect ~73%.
 
 The classic convolutional course model, rebuilt from the Keras example
 `examples/cifar10_cnn.py` (keras-team/keras, Keras 2): RMSprop at 1e-4 with
@@ -8,10 +8,10 @@ validation accuracy after 25 epochs and 79% after 50, trained on all 50,000
 training images and validated on the 10,000 test images
 (`data.validation_split=0` does the same where the data has a test split).
 
-Measured: 71.14% on 5,000 held-out CIFAR-10 training images after 25 epochs,
-in 26 min 27 s on a 2-core EPYC-oneDNN CPU (2026-11-23), and 72.70% with the
-example's 1,562 steps per epoch: short of the example's 75%, for reasons
-docs/cpu-hour.md weighs.
+Measured: 72.96% on 5,000 held-out lossless CIFAR-10 training images after
+25 epochs, in 20 min 33 s on a 2-core EPYC-oneDNN CPU (2026-11-25), still
+rising: short of the example's 75% on 10% fewer training images
+(docs/cpu-hour.md). On a JPEG export of the same images it read 71.14%.
 
     make recipe NAME=cifar10_cnn
     make recipe NAME=cifar10_cnn ARGS="execution.mode=xla data.source=synthetic train.epochs=1"
