@@ -339,8 +339,13 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
 
 
 if __name__ == "__main__":  # python densenet_cifar10_cpu.py key=value ...
-    for key, value in (item.split("=", 1) for item in sys.argv[1:]):
-        section, name = key.split(".")
+    for item in sys.argv[1:]:
+        key, equals, value = item.partition("=")
+        section, _, name = key.partition(".")
+        known = data.DEFAULTS if section == "data" else CONFIG.get(section, {})
+        if not equals or name not in known:  # a typo would otherwise be ignored
+            sys.exit(f"error: '{item}': expected key=value, with a key of CONFIG "
+                     "(e.g. train.epochs=1)")
         CONFIG[section][name] = yaml.safe_load(value)
     result = run(CONFIG, Path("runs", "densenet_cifar10_cpu", time.strftime("%Y%m%d-%H%M%S")))
     print("test:", result.test)

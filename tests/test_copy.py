@@ -66,6 +66,24 @@ def test_a_copied_recipe_trains_on_its_own(module, tmp_path):
     assert "test:" in result.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("argument", ["train.epoch=1", "epochs=1", "train.epochs",
+                                      "data.sorce=synthetic"])
+def test_a_copied_recipe_refuses_a_key_its_config_does_not_have(argument, tmp_path):
+    """A typo would otherwise add a key nothing reads, and train as if unsaid."""
+    folder = copied("mnist_mlp", tmp_path / "my_project")
+    result = subprocess.run([sys.executable, "mnist_mlp.py", argument], cwd=folder,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and f"error: '{argument}'" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not (folder / "runs").exists()
+
+
+@pytest.mark.parametrize("module", recipes.MODULES)
+def test_every_copied_recipe_checks_its_keys(module):
+    main = (ROOT / "recipes" / f"{module}.py").read_text().split('if __name__ == "__main__":')[1]
+    assert "if not equals or name not in known:" in main and "sys.exit(" in main
+
+
 # What a student copies: every one of these calls is in each recipe's own code.
 KERAS_CALLS = ["keras.utils.set_random_seed(", "keras.mixed_precision.set_global_policy(",
                "data.load(", ".compile(", "run_eagerly=", "jit_compile=", ".fit(",
