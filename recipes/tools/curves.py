@@ -16,6 +16,9 @@ import yaml
 from recipes import UserError, harness
 from recipes.tools import Command, plots
 
+# cifar10-airbench's table: minutes to each of these validation accuracies.
+THRESHOLDS = (0.85, 0.90, 0.93, 0.94, 0.95)
+
 
 def read_curve(run_dir):
     """`(label, minutes, val_accuracy)`: cumulative epoch wall time and the
@@ -47,7 +50,7 @@ def time_to_accuracy(lines, thresholds):
     return "\n".join(rows) + "\n"
 
 
-def curves(run_dirs, out=None, thresholds=(0.85, 0.90, 0.93, 0.94, 0.95)):
+def curves(run_dirs, out=None, thresholds=THRESHOLDS):
     """Draws the runs' curves and tabulates their minutes to `thresholds`;
     returns the PNG's path."""
     if not run_dirs:
@@ -70,7 +73,7 @@ def add_arguments(parser):
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="runs/NAME/<timestamp>")
     parser.add_argument("--out", metavar="PNG",
                         help="default: RUN_DIR/accuracy_vs_time.png of the first run")
-    parser.add_argument("--thresholds", type=_fractions, default=(0.85, 0.90, 0.93, 0.94, 0.95),
+    parser.add_argument("--thresholds", type=_fractions, default=THRESHOLDS,
                         metavar="A,B,...", help="accuracies to time, e.g. 0.85,0.9 (default "
                         "0.85,0.9,0.93,0.94,0.95, cifar10-airbench's)")
 
