@@ -54,7 +54,7 @@ def _bn_act(x, momentum, beta_weight_decay, activation, fused, fused_activation,
 def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 192, 192),
                       growth_rates=(64, 192, 192), layers_per_block=1, normalization=None,
                       batch_norm_momentum=0.6, weight_decay=0.0, beta_weight_decay=0.0,
-                      activation="gelu", head_scale=1 / 9, whitening=True, identity_init=True,
+                      conv_weight_decay=None, activation="gelu", head_scale=1 / 9, whitening=True, identity_init=True,
                       fused_batch_norm=True, fused_activation=True, dense_connections=True,
                       name="densenet_whitened"):
     """Builds the network.
@@ -76,6 +76,9 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
         beta_weight_decay: the same for batch norm's offsets (lower when
             they train at a higher learning rate, so that the decay per step
             stays the same).
+        conv_weight_decay: the same for the 3x3 convolutions' kernels;
+            None: `weight_decay`. 0 for an optimizer that sets their norm
+            itself (the recipe's Muon), where decay would only waste steps.
         activation: of every layer.
         head_scale: multiplies the logits.
         whitening: False makes the first layer an ordinary trainable 2x2
@@ -111,13 +114,14 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
     bn_args = dict(momentum=batch_norm_momentum, beta_weight_decay=beta_weight_decay,
                    activation=activation, fused=fused_batch_norm,
                    fused_activation=fused_activation)
+    conv_weight_decay = weight_decay if conv_weight_decay is None else conv_weight_decay
     for block, (width, growth) in enumerate(zip(widths, growth_rates), start=1):
-        x = _conv(width, weight_decay, identity_init, f"block{block}_conv")(x)
+        x = _conv(width, conv_weight_decay, identity_init, f"block{block}_conv")(x)
         x = layers.MaxPooling2D(2, name=f"block{block}_pool")(x)
         x = _bn_act(x, name=f"block{block}", **bn_args)
         for index in range(1, layers_per_block + 1):
             prefix = f"block{block}_layer{index}"
-            y = _conv(growth, weight_decay, identity_init, f"{prefix}_conv")(x)
+            y = _conv(growth, conv_weight_decay, identity_init, f"{prefix}_conv")(x)
             y = _bn_act(y, name=prefix, **bn_args)
             x = layers.Concatenate(name=f"{prefix}_concat")([x, y]) if dense_connections else y
     x = layers.GlobalMaxPooling2D(name="pool")(x)

@@ -98,6 +98,8 @@ LIMITS_BY_NAME = {
     "whitening_images": (lambda v: v >= 1, "at least 1"),
     "whitening_bias_epochs": (lambda v: v >= 0, "at least 0"),
     "lookahead_start_epoch": (lambda v: v >= 0, "at least 0"),
+    "muon_lr": (lambda v: math.isfinite(v) and v > 0, "a finite number above 0"),
+    "muon_momentum": (lambda v: 0 <= v < 1, "at least 0 and below 1"),
 }
 
 # Types of keys that their default does not show; any other key takes its

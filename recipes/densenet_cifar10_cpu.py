@@ -84,6 +84,9 @@ CONFIG = {
         "label_smoothing": 0.2,
         "whitening_bias_epochs": 3,  # the whitening layer's bias trains this many epochs, then stops
         "lookahead_start_epoch": 3,  # the weights move to their average every 5 steps from this epoch on
+        "optimizer": "sgd",  # or muon: the 3x3 convolutions' kernels by ConvMuon (airbench94_muon's), the rest as above
+        "muon_lr": 0.24,  # ConvMuon's peak rate on the same triangle (airbench94_muon's 0.24)
+        "muon_momentum": 0.6,  # airbench94_muon's, Nesterov
     },
     "execution": {
         "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: Keras' default
@@ -96,7 +99,8 @@ CONFIG = {
 # Keys of CONFIG that take one of a few values.
 CONFIG_SCHEMA = {"model.test_time_views": [1, 2, 6],
                  "model.test_time_average": ["probabilities", "logits"],
-                 "train.schedule": ["triangle"]}
+                 "train.schedule": ["triangle"],
+                 "train.optimizer": ["sgd", "muon"]}
 
 
 def build(config, initial_epoch=0):
@@ -137,6 +141,8 @@ def build(config, initial_epoch=0):
         fused_batch_norm=model_config["fused_batch_norm"],
         fused_activation=model_config["fused_activation"],
         weight_decay=model_config["weight_decay"],
+        # Muon fixes the kernels' norm each step: decay would only pull against it.
+        conv_weight_decay=0.0 if train["optimizer"] == "muon" else None,
         # The offsets train at bias_lr_scale x the rate: the same decay per step.
         beta_weight_decay=model_config["weight_decay"] / train["bias_lr_scale"])
     if splits.augment_on == "device":  # data.augment inside fit's training step
@@ -156,19 +162,85 @@ def _optimizer(train, steps_per_epoch):
     """Nesterov SGD on a triangle: from 0.2 x lr up to lr at 23% of the
     steps, down to 0.07 x lr. Batch norm's offsets at `bias_lr_scale` x the
     rate (airbench's 64); the whitening layer's bias stops training after
-    `whitening_bias_epochs`."""
+    `whitening_bias_epochs`. With `train.optimizer=muon`, the 3x3
+    convolutions' kernels train with `ConvMuon` on the same triangle, peaking
+    at `muon_lr`."""
     total, lr = train["epochs"] * steps_per_epoch, train["lr"]
     top = max(1, round(0.23 * total))  # a step of its own, however short the run
 
+    def triangle(peak, stop=None):
+        return PiecewiseLinear([0, top, max(total, top + 1)],
+                               [0.2 * peak, peak, 0.07 * peak], stop=stop)
+
     def sgd(peak, stop=None):
-        schedule = PiecewiseLinear([0, top, max(total, top + 1)],
-                                   [0.2 * peak, peak, 0.07 * peak], stop=stop)
-        return keras.optimizers.SGD(schedule, momentum=train["momentum"], nesterov=True)
+        return keras.optimizers.SGD(triangle(peak, stop), momentum=train["momentum"], nesterov=True)
 
     stop = train["whitening_bias_epochs"] * steps_per_epoch
-    return keras.optimizers.MultiOptimizer(keras.optimizers.OptimizerMap(
-        sgd(lr), {".*_bn/beta": sgd(lr * train["bias_lr_scale"]),
-                  "whitening/bias": sgd(lr, stop=stop)}))
+    by_path = {".*_bn/beta": sgd(lr * train["bias_lr_scale"]), "whitening/bias": sgd(lr, stop=stop)}
+    if train["optimizer"] == "muon":
+        by_path[".*_conv/kernel"] = ConvMuon(triangle(train["muon_lr"]), momentum=train["muon_momentum"])
+    return keras.optimizers.MultiOptimizer(keras.optimizers.OptimizerMap(sgd(lr), by_path))
+
+
+@keras.saving.register_keras_serializable(package="recipes")
+class ConvMuon(keras.optimizers.Optimizer):
+    """Muon for convolution kernels, as airbench94_muon trains its filters.
+
+    Each step: Nesterov momentum on the gradient; the kernel rescaled to a
+    norm of sqrt(output channels), since batch norm follows it and only its
+    direction matters; then the momentum, as a matrix of one column per
+    output channel, orthogonalized by `ns_steps` Newton-Schulz iterations
+    (every direction the same step size), times the learning rate, is
+    subtracted. Keras' own `keras.optimizers.Muon` orthogonalizes 2-D
+    weights only and trains a convolution's 4-D kernel with AdamW, hence
+    this class.
+
+    Args:
+        learning_rate: a float or a schedule.
+        momentum: of the gradient's running sum.
+        nesterov: step along the gradient plus momentum x the running sum.
+        ns_steps: Newton-Schulz iterations (airbench94_muon: 3).
+    """
+
+    def __init__(self, learning_rate=0.24, momentum=0.6, nesterov=True, ns_steps=3,
+                 name="conv_muon", **kwargs):
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        self.momentum, self.nesterov, self.ns_steps = momentum, nesterov, ns_steps
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self.momentums = [self.add_variable_from_reference(v, "momentum") for v in variables]
+
+    def update_step(self, gradient, variable, learning_rate):
+        gradient = ops.cast(gradient, variable.dtype)
+        running = self.momentums[self._get_variable_index(variable)]
+        self.assign(running, running * self.momentum + gradient)
+        direction = gradient + self.momentum * running if self.nesterov else running
+        outputs = variable.shape[-1]
+        update = orthogonalize(ops.reshape(direction, (-1, outputs)), self.ns_steps)
+        self.assign(variable, variable * (outputs ** 0.5 / ops.norm(ops.reshape(variable, (-1,)))))
+        self.assign_sub(variable, ops.cast(learning_rate, variable.dtype)
+                        * ops.reshape(update, variable.shape))
+
+    def get_config(self):
+        return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov,
+                "ns_steps": self.ns_steps}
+
+
+def orthogonalize(matrix, steps):
+    """`matrix` with every singular value moved near 1 (about U V^T of its
+    SVD), by Muon's quintic Newton-Schulz iteration, whose coefficients
+    push small singular values up fast rather than converge exactly."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    tall = matrix.shape[0] > matrix.shape[1]  # the Gram matrix of the shorter side is smaller
+    x = ops.transpose(matrix) if tall else matrix
+    x = x / (ops.norm(x) + 1e-7)  # every singular value at most 1
+    for _ in range(steps):
+        gram = x @ ops.transpose(x)
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return ops.transpose(x) if tall else x
 
 
 @keras.saving.register_keras_serializable(package="recipes")
