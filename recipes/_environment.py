@@ -103,8 +103,10 @@ def versions():
 
 def device_info():
     """The GPUs Keras' backend computes on, and the CPU's name, cores and features."""
-    name, flags = _cpu()
+    name, flags, generation = _cpu()
     return {"backend": backend(), "gpus": gpus(), "cpu": name,
+            # Two CPUs named "AMD EPYC" with the same features can differ 1.8x in speed.
+            "cpu_generation": generation,
             "cpu_cores": len(os.sched_getaffinity(0)),
             "cpu_features": [feature for feature in CPU_FEATURES if feature in flags],
             # Unset: TensorFlow's choice (oneDNN kernels with AVX-512 VNNI or newer).
@@ -117,8 +119,9 @@ def device_label(device):
     if device["gpus"]:
         return ", ".join(device["gpus"])
     features = device.get("cpu_features") or []
-    newest = f", {features[-1]}" if features else ""  # enough to tell machines apart
-    return f"{device['cpu']} ({device['cpu_cores']} cores{newest})"
+    newest = f", {features[-1]}" if features else ""  # with the generation, enough to tell machines apart
+    generation = f"{device['cpu_generation']}, " if device.get("cpu_generation") else ""
+    return f"{device['cpu']} ({generation}{device['cpu_cores']} cores{newest})"
 
 
 def warn_if_bfloat16_is_emulated():
@@ -149,16 +152,21 @@ def peak_rss_mb():
 
 
 def _cpu():
-    """The CPU's model name and its feature flags, from /proc/cpuinfo where there is one."""
-    name, flags = platform.processor() or platform.machine(), set()
+    """The CPU's model name, its feature flags and its generation ("family
+    26, model 2"; None if unknown), from /proc/cpuinfo where there is one."""
+    name, flags, numbers = platform.processor() or platform.machine(), set(), {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
             if key.strip() == "model name":
                 name = value.strip()
+            elif key.strip() in ("cpu family", "model"):
+                numbers[key.strip()] = value.strip()
             elif key.strip() == "flags":
                 flags = set(value.split())
                 break
     except OSError:
         pass
-    return name, flags
+    generation = (f"family {numbers['cpu family']}, model {numbers['model']}"
+                  if len(numbers) == 2 else None)
+    return name, flags, generation

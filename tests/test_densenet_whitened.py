@@ -1,6 +1,6 @@
 """The fast-training building blocks of densenet_cifar10_cpu (cifar10-airbench's
 method): patch whitening, identity initialization, the triangular schedule,
-Lookahead, six-view test-time augmentation, reflected translations, and the
+Lookahead, Muon for the convolutions, six-view test-time augmentation, reflected translations, and the
 recipe end to end."""
 
 import json
@@ -15,7 +15,7 @@ from models.densenet_whitened import (PartialIdentity, PatchWhitening, average_v
                                       densenet_whitened, view_metrics)
 from recipes import UserError, harness
 from recipes import data as rdata
-from recipes.densenet_cifar10_cpu import Lookahead, PiecewiseLinear
+from recipes.densenet_cifar10_cpu import ConvMuon, Lookahead, PiecewiseLinear, orthogonalize
 
 
 def averaged_over_views(network, views, average):
@@ -71,6 +71,46 @@ def test_piecewise_linear_interpolates_and_reloads():
     assert float(stopped(39)) == float(schedule(39)) and float(stopped(40)) == 0.0
     with pytest.raises(ValueError, match="increasing steps"):
         PiecewiseLinear([0, 10, 10], [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("shape", [(16, 72), (72, 16)])
+def test_orthogonalize_brings_every_singular_value_near_one(shape):
+    rng = np.random.default_rng(0)
+    # Singular values spread over two orders of magnitude.
+    u, _ = np.linalg.qr(rng.normal(size=(shape[0], shape[0])))
+    v, _ = np.linalg.qr(rng.normal(size=(shape[1], shape[1])))
+    spread = np.zeros(shape)
+    np.fill_diagonal(spread, np.geomspace(1e-2, 1, min(shape)))
+    matrix = (u @ spread @ v.T).astype("float32")
+    result = np.asarray(orthogonalize(keras.ops.convert_to_tensor(matrix), steps=5))
+    assert result.shape == shape
+    singular = np.linalg.svd(result, compute_uv=False)
+    assert singular.min() > 0.5 and singular.max() < 1.5, singular
+    # The same directions: U V^T's, up to those singular values.
+    np.testing.assert_allclose(result / np.linalg.norm(result),
+                               (u[:, :min(shape)] @ v[:, :min(shape)].T)
+                               / np.sqrt(min(shape)), atol=0.1)
+
+
+def test_conv_muon_fixes_the_kernel_norm_and_steps_every_direction_alike():
+    rng = np.random.default_rng(0)
+    start = rng.normal(size=(3, 3, 4, 8)).astype("float32")
+    kernel = keras.Variable(start)
+    optimizer = ConvMuon(learning_rate=0.1, momentum=0.5, ns_steps=5)
+    gradients = [rng.normal(size=start.shape).astype("float32") * scale for scale in (1.0, 0.01)]
+    optimizer.apply([keras.ops.convert_to_tensor(gradients[0])], [kernel])
+    after_one = kernel.numpy()
+    optimizer.apply([keras.ops.convert_to_tensor(gradients[1])], [kernel])
+    # Nesterov on the running sum: the second step's direction is g2 + 0.5 (0.5 g1 + g2).
+    running = 0.5 * gradients[0] + gradients[1]
+    np.testing.assert_allclose(optimizer.momentums[0].numpy(), running, rtol=1e-5)
+    # Before each step the kernel is scaled to norm sqrt(8); the step is 0.1 x
+    # an update whose 8 singular values are all near 1, however small the gradient.
+    step = (after_one * np.sqrt(8) / np.linalg.norm(after_one) - kernel.numpy()) / 0.1
+    singular = np.linalg.svd(step.reshape(-1, 8), compute_uv=False)
+    assert singular.min() > 0.5 and singular.max() < 1.5, singular
+    direction = (gradients[1] + 0.5 * running).reshape(-1, 8)
+    assert np.sum(step.reshape(-1, 8) * direction) > 0  # downhill
 
 
 def _tiny_model():
@@ -175,7 +215,7 @@ def test_reflected_pad_crop_brings_in_no_black(engine):
 
 @pytest.mark.slow
 def test_recipe_trains_saves_and_reloads(tiny_config, tmp_path, capsys):
-    config = tiny_config("densenet_cifar10_cpu", "train.epochs=2",
+    config = tiny_config("densenet_cifar10_cpu", "train.epochs=2", "train.optimizer=muon",
                          "train.lookahead_start_epoch=1", "execution.precision=float32")
     metrics = harness.train(config)
     run_dir = tmp_path / "run"
@@ -187,7 +227,15 @@ def test_recipe_trains_saves_and_reloads(tiny_config, tmp_path, capsys):
     assert json.loads((run_dir / "metrics.json").read_text())["test"] == metrics["test"]
     best = keras.saving.load_model(run_dir / "checkpoints" / "best.keras")
     assert best.get_layer("whitening").kernel.shape == (2, 2, 3, 24)
-    assert [type(o).__name__ for o in best.optimizer.optimizers] == ["SGD", "SGD", "SGD"]
+    # With train.optimizer=muon the 3x3 convolutions' kernels train with ConvMuon, undecayed.
+    optimizers = best.optimizer.optimizers
+    assert sorted(type(o).__name__ for o in optimizers) == ["ConvMuon", "SGD", "SGD", "SGD"]
+    muon, = (o for o in optimizers if isinstance(o, ConvMuon))
+    kernels = [v for v in best.trainable_variables if v.path.endswith("_conv/kernel")]
+    assert [m.shape for m in muon.momentums] == [k.shape for k in kernels]
+    network = rdata.network_of(best)
+    assert network.get_layer("block1_conv").kernel_regularizer is None
+    assert network.get_layer("logits").kernel_regularizer is not None
 
 
 def test_the_ablation_switches_change_what_they_name():

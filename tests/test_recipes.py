@@ -129,7 +129,7 @@ def test_metrics_json_contract(tiny_config, tmp_path):
     assert len(timing["epoch_s"]) == 2
     assert set(metrics["versions"]) == {"tensorflow", "keras", "keras-cv"}
     assert metrics["versions"]["tensorflow"].startswith("2.21")
-    assert {"gpus", "cpu", "cpu_cores", "cpu_features"} <= set(metrics["device"])
+    assert {"gpus", "cpu", "cpu_generation", "cpu_cores", "cpu_features"} <= set(metrics["device"])
 
 
 @pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
