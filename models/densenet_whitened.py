@@ -54,9 +54,9 @@ def _bn_act(x, momentum, beta_weight_decay, activation, fused, fused_activation,
 def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 192, 192),
                       growth_rates=(64, 192, 192), layers_per_block=1, normalization=None,
                       batch_norm_momentum=0.6, weight_decay=0.0, beta_weight_decay=0.0,
-                      conv_weight_decay=None, activation="gelu", head_scale=1 / 9, whitening=True, identity_init=True,
-                      fused_batch_norm=True, fused_activation=True, dense_connections=True,
-                      name="densenet_whitened"):
+                      conv_weight_decay=None, activation="gelu", head_scale=1 / 9,
+                      whitening=True, identity_init=True, fused_batch_norm=True,
+                      fused_activation=True, dense_connections=True, name="densenet_whitened"):
     """Builds the network.
 
     Args:

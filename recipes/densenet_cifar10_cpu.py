@@ -224,9 +224,9 @@ class ConvMuon(keras.optimizers.Optimizer):
         direction = gradient + self.momentum * running if self.nesterov else running
         outputs = variable.shape[-1]
         update = orthogonalize(ops.reshape(direction, (-1, outputs)), self.ns_steps)
-        self.assign(variable, variable * (outputs ** 0.5 / ops.norm(ops.reshape(variable, (-1,)))))
-        self.assign_sub(variable, ops.cast(learning_rate, variable.dtype)
-                        * ops.reshape(update, variable.shape))
+        rescaled = variable * (outputs ** 0.5 / ops.norm(ops.reshape(variable, (-1,))))
+        self.assign(variable, rescaled - ops.cast(learning_rate, variable.dtype)
+                    * ops.reshape(update, variable.shape))
 
     def get_config(self):
         return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov,

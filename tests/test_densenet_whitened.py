@@ -1,7 +1,7 @@
 """The fast-training building blocks of densenet_cifar10_cpu (cifar10-airbench's
 method): patch whitening, identity initialization, the triangular schedule,
-Lookahead, Muon for the convolutions, six-view test-time augmentation, reflected translations, and the
-recipe end to end."""
+Lookahead, Muon for the convolutions, six-view test-time augmentation,
+reflected translations, and the recipe end to end."""
 
 import json
 
