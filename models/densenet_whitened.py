@@ -17,7 +17,8 @@ softmax.
 
 This file holds every piece of it that Keras lacks, so that a recipe copied
 out of the repository takes one model file: `PatchWhitening`,
-`PartialIdentity`, `FusedBatchNormalization`, `FusedActivation`, and the
+`PartialIdentity`, `FusedBatchNormalization`, `FusedActivation`,
+`MatmulFilterGradientConv2D`, and the
 six-view test-time augmentation (`test_time_views`, `view_metrics`).
 """
 
@@ -28,10 +29,16 @@ import numpy as np
 from keras import layers, ops
 
 
-def _conv(filters, weight_decay, identity_init, name):
+# Maps of at most this many pixels take `MatmulFilterGradientConv2D` (7x7 and 3x3
+# here): on larger ones, oneDNN's own filter gradient is the faster (docs/cpu-hour.md).
+MATMUL_FILTER_GRADIENT_MAX_PIXELS = 64
+
+
+def _conv(filters, weight_decay, identity_init, name, matmul_filter_gradient=False):
     # Torch's default draw, uniform in +-1/sqrt(fan_in), with or without the identity filters.
     drawn = keras.initializers.VarianceScaling(1 / 3, mode="fan_in", distribution="uniform")
-    return layers.Conv2D(filters, 3, padding="same", use_bias=False,
+    conv = MatmulFilterGradientConv2D if matmul_filter_gradient else layers.Conv2D
+    return conv(filters, 3, padding="same", use_bias=False,
                          kernel_initializer=PartialIdentity() if identity_init else drawn,
                          kernel_regularizer=keras.regularizers.L2(weight_decay / 2)
                          if weight_decay else None, name=name)
@@ -56,7 +63,8 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
                       batch_norm_momentum=0.6, weight_decay=0.0, beta_weight_decay=0.0,
                       conv_weight_decay=None, activation="gelu", head_scale=1 / 9,
                       whitening=True, identity_init=True, fused_batch_norm=True,
-                      fused_activation=True, dense_connections=True, name="densenet_whitened"):
+                      fused_activation=True, matmul_filter_gradient=True, dense_connections=True,
+                      name="densenet_whitened"):
     """Builds the network.
 
     Args:
@@ -90,6 +98,10 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
         fused_activation: `FusedActivation` (XLA fuses each activation's
             element-wise ops on TensorFlow) rather than Keras' layer; the
             same arithmetic.
+        matmul_filter_gradient: `MatmulFilterGradientConv2D` for the
+            convolutions on maps of at most
+            `MATMUL_FILTER_GRADIENT_MAX_PIXELS` pixels (the same arithmetic,
+            a faster filter gradient on TensorFlow); False: Keras' layer.
         dense_connections: False makes each layer's output replace its
             input instead of joining it: with `widths` equal to
             `growth_rates` and one layer per block, that is airbench94's own
@@ -115,13 +127,18 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
                    activation=activation, fused=fused_batch_norm,
                    fused_activation=fused_activation)
     conv_weight_decay = weight_decay if conv_weight_decay is None else conv_weight_decay
+    def conv(filters, inputs, name):
+        small = inputs.shape[1] * inputs.shape[2] <= MATMUL_FILTER_GRADIENT_MAX_PIXELS
+        return _conv(filters, conv_weight_decay, identity_init, name,
+                     matmul_filter_gradient and small)(inputs)
+
     for block, (width, growth) in enumerate(zip(widths, growth_rates), start=1):
-        x = _conv(width, conv_weight_decay, identity_init, f"block{block}_conv")(x)
+        x = conv(width, x, f"block{block}_conv")
         x = layers.MaxPooling2D(2, name=f"block{block}_pool")(x)
         x = _bn_act(x, name=f"block{block}", **bn_args)
         for index in range(1, layers_per_block + 1):
             prefix = f"block{block}_layer{index}"
-            y = _conv(growth, conv_weight_decay, identity_init, f"{prefix}_conv")(x)
+            y = conv(growth, x, f"{prefix}_conv")
             y = _bn_act(y, name=prefix, **bn_args)
             x = layers.Concatenate(name=f"{prefix}_concat")([x, y]) if dense_connections else y
     x = layers.GlobalMaxPooling2D(name="pool")(x)
@@ -296,6 +313,60 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
         self.moving_variance.assign(self.moving_variance * self.momentum
                                     + variance * (1 - self.momentum))
         return tf.cast(outputs, self.compute_dtype)
+
+
+# ## A faster filter gradient for small maps
+
+@keras.saving.register_keras_serializable(package="models")
+class MatmulFilterGradientConv2D(keras.layers.Conv2D):
+    """`keras.layers.Conv2D` whose gradient with respect to its kernel is one
+    matrix product per kernel tap, on TensorFlow.
+
+    TensorFlow 2.21 computes a convolution's filter gradient with the
+    oneDNN 3.7.3 it bundles. In bfloat16 on small maps with many channels
+    (7x7 and 3x3 maps of 256 to 768 channels, batch 1024) that kernel takes
+    twice the time of the forward convolution, the same arithmetic. The
+    gradient is also a sum over the kernel's taps: for tap (i, j), the
+    input shifted by (i, j), as a (pixels, channels in) matrix, transposed,
+    times the upstream gradient (pixels, channels out). Those k x k matmuls
+    run on those maps in about 40 to 60% of the kernel's time (docs/cpu-hour.md).
+    The forward pass and the input gradient are TensorFlow's own, and the
+    layer is Keras' own for other backends, strides, dilations, groups,
+    and even kernels.
+    """
+
+    def convolution_op(self, inputs, kernel):
+        if not (keras.backend.backend() == "tensorflow"
+                and all(size % 2 for size in self.kernel_size) and self.strides == (1, 1)
+                and self.padding == "same" and self.dilation_rate == (1, 1) and self.groups == 1
+                and self.data_format == "channels_last" and None not in inputs.shape[1:]):
+            return super().convolution_op(inputs, kernel)
+        import tensorflow as tf
+
+        @tf.custom_gradient
+        def convolution(inputs, kernel):
+            def gradients(upstream):
+                return (tf.nn.conv2d_transpose(upstream, kernel, tf.shape(inputs), 1, "SAME"),
+                        filter_gradient(inputs, upstream, kernel.shape))
+            return tf.nn.conv2d(inputs, kernel, 1, "SAME"), gradients
+
+        return convolution(inputs, tf.convert_to_tensor(kernel))
+
+
+def filter_gradient(inputs, upstream, kernel_shape):
+    """The gradient of a stride-1 "same" convolution with respect to its
+    odd-sized (height, width, in, out) kernel, on TensorFlow: for each tap,
+    the shifted input's pixels, transposed, times the upstream gradient's."""
+    import tensorflow as tf
+
+    height, width, channels_in, channels_out = kernel_shape
+    rows, columns = inputs.shape[1:3]
+    padded = tf.pad(inputs, [(0, 0), (height // 2,) * 2, (width // 2,) * 2, (0, 0)])
+    upstream = tf.reshape(upstream, (-1, channels_out))
+    taps = [tf.matmul(tf.reshape(padded[:, i:i + rows, j:j + columns], (-1, channels_in)),
+                      upstream, transpose_a=True)
+            for i in range(height) for j in range(width)]
+    return tf.reshape(tf.stack(taps), kernel_shape)
 
 
 # ## GELU fused by XLA

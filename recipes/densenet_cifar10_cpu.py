@@ -72,6 +72,7 @@ CONFIG = {
         "batch_norm_momentum": 0.6,  # airbench's (Torch's 0.4)
         "fused_batch_norm": True,  # one TensorFlow kernel per batch norm; False: Keras' layer
         "fused_activation": True,  # XLA fuses each GELU's element-wise ops; False: Keras' layer
+        "matmul_filter_gradient": True,  # 7x7 and 3x3 maps: the filter gradient as matmuls; False: oneDNN's kernel
         "weight_decay": 1.33e-3,  # airbench's 0.0153 per 1024 examples, coupled L2 on a mean loss
         "whitening": True,  # False: an ordinary trainable first convolution
         "whitening_images": 5000,  # training images the whitening filters are fitted to
@@ -145,6 +146,7 @@ def build(config, initial_epoch=0):
         batch_norm_momentum=model_config["batch_norm_momentum"],
         fused_batch_norm=model_config["fused_batch_norm"],
         fused_activation=model_config["fused_activation"],
+        matmul_filter_gradient=model_config["matmul_filter_gradient"],
         weight_decay=model_config["weight_decay"],
         # Muon fixes the kernels' norm each step: decay would only pull against it.
         conv_weight_decay=0.0 if train["optimizer"] == "muon" else None,

@@ -116,7 +116,10 @@ def test_the_graph_command_refuses_eager_mode():
 
 
 @pytest.mark.parametrize("kernel, kind", [
-    ("_MklNativeFusedConv2D", "convolution"), ("Conv2DBackpropFilter", "convolution"),
+    ("_MklNativeFusedConv2D", "convolution, forward"),
+    ("_MklNativeConv2DBackpropFilter", "convolution, filter gradient"),
+    ("Conv2DBackpropInput", "convolution, input gradient"),
+    ("DepthwiseConv2dNativeBackpropFilter", "convolution, filter gradient"),
     ("FusedBatchNormGradV3", "batch norm, fused"),
     ("_MklConcatV2", "concatenation (forward; its gradient is slices)"),
     ("ReluGrad", "ReLU"), ("MaxPoolGrad", "pooling"), ("_MklMatMul", "dense (matmul)"),
@@ -137,6 +140,7 @@ def test_the_profile_command_tables_where_the_step_time_goes(tmp_path, monkeypat
         "model.depth=10", "model.growth_rate=8", "execution.onednn=null"])
     rows = [line.split("|")[1:4] for line in path.read_text().splitlines()[4:] if line.startswith("| ")]
     kinds = {kind.strip(): float(share.strip().rstrip("%")) for kind, _, share in rows}
-    assert {"convolution", "concatenation (forward; its gradient is slices)",
+    assert {"convolution, forward", "convolution, input gradient", "convolution, filter gradient",
+            "concatenation (forward; its gradient is slices)",
             "reductions and broadcasts (batch norm's statistics and their gradients)"} <= set(kinds)
     assert sum(kinds.values()) == pytest.approx(100, abs=0.1 * len(kinds))

@@ -22,7 +22,10 @@ WARMUP_STEPS, PROFILED_STEPS = 5, 3
 # Keras 3's BatchNormalization runs on the TensorFlow backend as reductions and
 # element-wise ops, not TensorFlow's fused kernel: its cost shows in those two rows.
 KINDS = [
-    ("convolution", ("Conv2D", "Conv3D", "DepthwiseConv")),
+    # A convolution's three kernels apart: the same arithmetic, not the same speed.
+    ("convolution, filter gradient", ("BackpropFilter",)),
+    ("convolution, input gradient", ("BackpropInput",)),
+    ("convolution, forward", ("Conv2D", "Conv3D", "DepthwiseConv")),
     ("batch norm, fused", ("BatchNorm",)),
     ("concatenation (forward; its gradient is slices)", ("Concat", "Slice")),
     ("ReLU", ("Relu",)),
