@@ -323,13 +323,15 @@ class MatmulFilterGradientConv2D(keras.layers.Conv2D):
     matrix product per kernel tap, on TensorFlow.
 
     TensorFlow 2.21 computes a convolution's filter gradient with the
-    oneDNN 3.7.3 it bundles. In bfloat16 on small maps with many channels
-    (7x7 and 3x3 maps of 256 to 768 channels, batch 1024) that kernel takes
-    twice the time of the forward convolution, the same arithmetic. The
-    gradient is also a sum over the kernel's taps: for tap (i, j), the
-    input shifted by (i, j), as a (pixels, channels in) matrix, transposed,
-    times the upstream gradient (pixels, channels out). Those k x k matmuls
-    run on those maps in about 40 to 60% of the kernel's time (docs/cpu-hour.md).
+    oneDNN 3.7.3 it bundles. In bfloat16 on 7x7 maps of 256 channels at
+    batch 1024, that kernel takes three times the forward convolution's
+    time in a training step (oneDNN's own log, `ONEDNN_VERBOSE=1`), for the
+    same arithmetic. The gradient is also a sum over the kernel's taps: for
+    tap (i, j), the input shifted by (i, j), as a (pixels, channels in)
+    matrix, transposed, times the upstream gradient (pixels, channels out).
+    On maps of up to 8x8 those k x k matmuls are the faster (the step of
+    airbench94's network 5% shorter, of densenet_cifar10_95's 8%:
+    docs/cpu-hour.md); on larger maps the shifted copies cost more than they save.
     The forward pass and the input gradient are TensorFlow's own, and the
     layer is Keras' own for other backends, strides, dilations, groups,
     and even kernels.

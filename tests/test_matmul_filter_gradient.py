@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import recipes
 from models.densenet_whitened import MatmulFilterGradientConv2D, densenet_whitened
+from recipes.data import network_of
 
 
 def output_and_gradients(layer, x):
@@ -16,12 +18,13 @@ def output_and_gradients(layer, x):
         with tf.GradientTape() as tape:
             tape.watch(x)
             y = layer(x)
-            loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2)  # an upstream gradient other than ones
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2)  # upstream gradients other than 1
         return y, *tape.gradient(loss, [x, layer.kernel])
     return step(x)
 
 
-@pytest.mark.parametrize("kernel_size, dtype", [(3, "float32"), (5, "float32"), (3, "mixed_bfloat16")])
+@pytest.mark.parametrize("kernel_size, dtype",
+                         [(3, "float32"), (5, "float32"), (3, "mixed_bfloat16")])
 def test_it_computes_keras_convolution_and_its_gradients(kernel_size, dtype):
     x = tf.constant(np.random.default_rng(0).normal(size=(4, 6, 7, 5)), tf.float32)
     made = [cls(8, kernel_size, padding="same", use_bias=False, dtype=dtype,
@@ -68,3 +71,11 @@ def test_the_network_uses_it_on_small_maps_only_and_saves_it(tmp_path):
     assert isinstance(loaded.get_layer("block3_conv"), MatmulFilterGradientConv2D)
     np.testing.assert_allclose(loaded.predict(images, verbose=0), model.predict(images, verbose=0),
                                atol=1e-6)
+
+
+@pytest.mark.parametrize("setting, small_maps", [("true", 3), ("false", 0)])
+def test_densenet_cifar10_cpu_builds_what_its_config_names(setting, small_maps, tiny_config):
+    config = tiny_config("densenet_cifar10_cpu", f"model.matmul_filter_gradient={setting}")
+    model = network_of(recipes.load("densenet_cifar10_cpu").build(config).model)
+    layers = [layer for layer in model.layers if isinstance(layer, MatmulFilterGradientConv2D)]
+    assert len(layers) == small_maps

@@ -30,7 +30,7 @@ KINDS = [
     ("concatenation (forward; its gradient is slices)", ("Concat", "Slice")),
     ("ReLU", ("Relu",)),
     ("pooling", ("Pool",)),
-    ("dense (matmul)", ("MatMul",)),
+    ("matmul (dense layers; MatmulFilterGradientConv2D's filter gradients)", ("MatMul",)),
     ("reductions and broadcasts (batch norm's statistics and their gradients)",
      ("Mean", "Sum", "Tile")),
     ("element-wise (batch norm's scaling, the optimizer, weight decay)",
