@@ -101,3 +101,17 @@ def run_with(recipe, config, *more_callbacks):
 
     assert recipe.__name__ == f"recipes.{recipes.module_of(config['recipe'])}"
     return harness.train(config, extra_callbacks=more_callbacks)
+
+
+def output_and_gradients(layer, x, variables=()):
+    """`layer(x)` and the gradients of a loss through it for `x` and
+    `variables`, in a graph; the loss, the sum of squared outputs, sends
+    gradients other than ones upstream."""
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2)
+        return y, *tape.gradient(loss, [x, *variables])
+    return step(x)

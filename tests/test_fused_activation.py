@@ -5,28 +5,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import output_and_gradients
 from models.densenet_whitened import FusedActivation
 from recipes.data import network_of
 import recipes
 
 
-def value_and_gradient(layer, x):
-    """The layer's output and the gradient of a loss through it, in a graph."""
-    @tf.function
-    def step(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = layer(x)
-            loss = tf.reduce_sum(y * y)  # an upstream gradient other than ones
-        return y, tape.gradient(loss, x)
-    return step(x)
-
-
 @pytest.mark.parametrize("activation", ["gelu", "relu", "tanh"])
 def test_it_computes_keras_activation_and_its_gradient(activation):
     x = tf.constant(np.random.default_rng(0).normal(scale=3, size=(2, 5, 5, 3)), tf.float32)
-    fused = value_and_gradient(FusedActivation(activation), x)
-    plain = value_and_gradient(keras.layers.Activation(activation), x)
+    fused = output_and_gradients(FusedActivation(activation), x)
+    plain = output_and_gradients(keras.layers.Activation(activation), x)
     for got, want in zip(fused, plain):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     # Eagerly it is Keras' layer itself.
