@@ -39,9 +39,9 @@ def _conv(filters, weight_decay, identity_init, name, matmul_filter_gradient=Fal
     drawn = keras.initializers.VarianceScaling(1 / 3, mode="fan_in", distribution="uniform")
     conv = MatmulFilterGradientConv2D if matmul_filter_gradient else layers.Conv2D
     return conv(filters, 3, padding="same", use_bias=False,
-                         kernel_initializer=PartialIdentity() if identity_init else drawn,
-                         kernel_regularizer=keras.regularizers.L2(weight_decay / 2)
-                         if weight_decay else None, name=name)
+                kernel_initializer=PartialIdentity() if identity_init else drawn,
+                kernel_regularizer=keras.regularizers.L2(weight_decay / 2)
+                if weight_decay else None, name=name)
 
 
 def _activation(activation, fused, name):
@@ -127,6 +127,7 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
                    activation=activation, fused=fused_batch_norm,
                    fused_activation=fused_activation)
     conv_weight_decay = weight_decay if conv_weight_decay is None else conv_weight_decay
+
     def conv(filters, inputs, name):
         small = inputs.shape[1] * inputs.shape[2] <= MATMUL_FILTER_GRADIENT_MAX_PIXELS
         return _conv(filters, conv_weight_decay, identity_init, name,
