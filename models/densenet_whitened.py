@@ -34,14 +34,15 @@ from keras import layers, ops
 MATMUL_FILTER_GRADIENT_MAX_PIXELS = 64
 
 
-def _conv(filters, weight_decay, identity_init, name, matmul_filter_gradient=False):
+def _conv(x, filters, weight_decay, identity_init, matmul_filter_gradient, name):
     # Torch's default draw, uniform in +-1/sqrt(fan_in), with or without the identity filters.
     drawn = keras.initializers.VarianceScaling(1 / 3, mode="fan_in", distribution="uniform")
-    conv = MatmulFilterGradientConv2D if matmul_filter_gradient else layers.Conv2D
+    small = x.shape[1] * x.shape[2] <= MATMUL_FILTER_GRADIENT_MAX_PIXELS
+    conv = MatmulFilterGradientConv2D if matmul_filter_gradient and small else layers.Conv2D
     return conv(filters, 3, padding="same", use_bias=False,
                 kernel_initializer=PartialIdentity() if identity_init else drawn,
                 kernel_regularizer=keras.regularizers.L2(weight_decay / 2)
-                if weight_decay else None, name=name)
+                if weight_decay else None, name=name)(x)
 
 
 def _activation(activation, fused, name):
@@ -126,20 +127,15 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
     bn_args = dict(momentum=batch_norm_momentum, beta_weight_decay=beta_weight_decay,
                    activation=activation, fused=fused_batch_norm,
                    fused_activation=fused_activation)
-    conv_weight_decay = weight_decay if conv_weight_decay is None else conv_weight_decay
-
-    def conv(filters, inputs, name):
-        small = inputs.shape[1] * inputs.shape[2] <= MATMUL_FILTER_GRADIENT_MAX_PIXELS
-        return _conv(filters, conv_weight_decay, identity_init, name,
-                     matmul_filter_gradient and small)(inputs)
-
+    conv_args = dict(weight_decay=weight_decay if conv_weight_decay is None else conv_weight_decay,
+                     identity_init=identity_init, matmul_filter_gradient=matmul_filter_gradient)
     for block, (width, growth) in enumerate(zip(widths, growth_rates), start=1):
-        x = conv(width, x, f"block{block}_conv")
+        x = _conv(x, width, name=f"block{block}_conv", **conv_args)
         x = layers.MaxPooling2D(2, name=f"block{block}_pool")(x)
         x = _bn_act(x, name=f"block{block}", **bn_args)
         for index in range(1, layers_per_block + 1):
             prefix = f"block{block}_layer{index}"
-            y = conv(growth, x, f"{prefix}_conv")
+            y = _conv(x, growth, name=f"{prefix}_conv", **conv_args)
             y = _bn_act(y, name=prefix, **bn_args)
             x = layers.Concatenate(name=f"{prefix}_concat")([x, y]) if dense_connections else y
     x = layers.GlobalMaxPooling2D(name="pool")(x)
