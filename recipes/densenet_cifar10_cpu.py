@@ -84,14 +84,14 @@ CONFIG = {
         "epochs": 20,  # airbench94 trains 9.9 on 50,000 images
         "steps_per_epoch": None,  # None: one pass over the training images
         "lr": 1.5,  # airbench's 11.5 per 1024 examples over 1 + 1/(1 - momentum), on a mean loss
-        "schedule": "triangle",  # 0.2 x lr up to lr at 23% of the steps, then down to 0.07 x lr
+        "schedule": "triangle",  # 0.2 x lr up to lr at 23% of the steps, then down to 0.07 x lr; or linear: lr down to 0 (airbench94_muon's)
         "momentum": 0.85,  # Nesterov
         "bias_lr_scale": 64.0,  # batch norm's offsets learn 64x faster
         "label_smoothing": 0.2,
         "whitening_bias_epochs": 3,  # the whitening layer's bias trains this many epochs, then stops
         "lookahead_start_epoch": 3,  # the weights move to their average every 5 steps from this epoch on
         "optimizer": "sgd",  # or muon: the 3x3 convolutions' kernels by ConvMuon (airbench94_muon's), the rest as above
-        "muon_lr": 0.24,  # ConvMuon's peak rate on the same triangle (airbench94_muon's 0.24)
+        "muon_lr": 0.24,  # ConvMuon's peak rate on the same schedule (airbench94_muon's 0.24)
         "muon_momentum": 0.6,  # airbench94_muon's, Nesterov
     },
     "execution": {
@@ -105,7 +105,7 @@ CONFIG = {
 # Keys of CONFIG that take one of a few values.
 CONFIG_SCHEMA = {"model.test_time_views": [1, 2, 6],
                  "model.test_time_average": ["probabilities", "logits"],
-                 "train.schedule": ["triangle"],
+                 "train.schedule": ["triangle", "linear"],
                  "train.optimizer": ["sgd", "muon"]}
 
 
@@ -167,25 +167,28 @@ def build(config, initial_epoch=0):
 
 def _optimizer(train, steps_per_epoch):
     """Nesterov SGD on a triangle: from 0.2 x lr up to lr at 23% of the
-    steps, down to 0.07 x lr. Batch norm's offsets at `bias_lr_scale` x the
+    steps, down to 0.07 x lr (`train.schedule=linear`: from lr straight down
+    to 0, airbench94_muon's). Batch norm's offsets at `bias_lr_scale` x the
     rate (airbench's 64); the whitening layer's bias stops training after
     `whitening_bias_epochs`. With `train.optimizer=muon`, the 3x3
-    convolutions' kernels train with `ConvMuon` on the same triangle, peaking
+    convolutions' kernels train with `ConvMuon` on the same schedule, peaking
     at `muon_lr`."""
     total, lr = train["epochs"] * steps_per_epoch, train["lr"]
     top = max(1, round(0.23 * total))  # a step of its own, however short the run
 
-    def triangle(peak, stop=None):
+    def schedule(peak, stop=None):
+        if train["schedule"] == "linear":
+            return PiecewiseLinear([0, max(total, 1)], [peak, 0.0], stop=stop)
         return PiecewiseLinear([0, top, max(total, top + 1)],
                                [0.2 * peak, peak, 0.07 * peak], stop=stop)
 
     def sgd(peak, stop=None):
-        return keras.optimizers.SGD(triangle(peak, stop), momentum=train["momentum"], nesterov=True)
+        return keras.optimizers.SGD(schedule(peak, stop), momentum=train["momentum"], nesterov=True)
 
     stop = train["whitening_bias_epochs"] * steps_per_epoch
     by_path = {".*_bn/beta": sgd(lr * train["bias_lr_scale"]), "whitening/bias": sgd(lr, stop=stop)}
     if train["optimizer"] == "muon":
-        by_path[".*_conv/kernel"] = ConvMuon(triangle(train["muon_lr"]), momentum=train["muon_momentum"])
+        by_path[".*_conv/kernel"] = ConvMuon(schedule(train["muon_lr"]), momentum=train["muon_momentum"])
     return keras.optimizers.MultiOptimizer(keras.optimizers.OptimizerMap(sgd(lr), by_path))
 
 

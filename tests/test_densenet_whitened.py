@@ -15,7 +15,8 @@ from models.densenet_whitened import (PartialIdentity, PatchWhitening, average_v
                                       densenet_whitened, view_metrics)
 from recipes import UserError, harness
 from recipes import data as rdata
-from recipes.densenet_cifar10_cpu import ConvMuon, Lookahead, PiecewiseLinear, orthogonalize
+from recipes.densenet_cifar10_cpu import (CONFIG, ConvMuon, Lookahead, PiecewiseLinear, _optimizer,
+                                          orthogonalize)
 
 
 def averaged_over_views(network, views, average):
@@ -71,6 +72,20 @@ def test_piecewise_linear_interpolates_and_reloads():
     assert float(stopped(39)) == float(schedule(39)) and float(stopped(40)) == 0.0
     with pytest.raises(ValueError, match="increasing steps"):
         PiecewiseLinear([0, 10, 10], [1.0, 2.0, 3.0])
+
+
+def test_linear_schedule_falls_from_each_peak_to_zero():
+    """train.schedule=linear, airbench94_muon's: no warm-up, every rate from its peak down to 0."""
+    train = {**CONFIG["train"], "schedule": "linear", "optimizer": "muon", "epochs": 4}
+    peaks = []
+    for optimizer in _optimizer(train, steps_per_epoch=10).optimizers:
+        schedule = keras.optimizers.schedules.deserialize(optimizer.get_config()["learning_rate"])
+        peak = float(schedule(0))
+        np.testing.assert_allclose([float(schedule(20)), float(schedule(40))], [peak / 2, 0.0],
+                                   rtol=1e-6, atol=1e-7)
+        peaks.append(peak)
+    lr = train["lr"]
+    assert sorted(peaks) == pytest.approx(sorted([lr, lr * train["bias_lr_scale"], lr, train["muon_lr"]]))
 
 
 @pytest.mark.parametrize("shape", [(16, 72), (72, 16)])
