@@ -19,7 +19,8 @@ the concatenation of all earlier ones):
   {no shift, one pixel up-left, one down-right};
 - optionally (`train.optimizer=muon`), airbench94_muon's Muon for the
   convolutions (`ConvMuon`, below): a point more at 4 epochs, nothing more
-  at 10, on EPYC-Zen5.
+  at 10, on EPYC-Zen5; on airbench94_muon's schedule (`train.schedule=linear`)
+  8 epochs read what SGD's 10 do, 93.6%.
 
 Measured on EPYC-oneDNN (2 cores, AVX-512 with BF16), 2026-11-25: 94.16%
 and 94.28% (seeds 0 and 1) of 5,000 held-out lossless CIFAR-10 training
@@ -27,8 +28,8 @@ images after 20 epochs with six test-time views (93.12% and 93.34% with one),
 in 36 to 38 minutes, 101 to 120 s an epoch: airbench94's 94% mark in twice
 its 9.9 epochs. On a JPEG export of the same images it read 91.5%
 (docs/cpu-hour.md says what else was measured). Its 95% configuration,
-configs/densenet_cifar10_95.yaml (airbench95's widths and rate, 17 epochs),
-read 95.04% and 94.96% in under an hour on EPYC-Zen5.
+configs/densenet_cifar10_95.yaml (airbench95's widths and rate, Muon on the
+linear schedule, 11 epochs), read 95.06% and 95.20% in 34 minutes on EPYC-Zen5.
 
     make recipe NAME=densenet_cifar10_cpu ARGS="data.source=folder data.path=DATA"
 
