@@ -97,6 +97,7 @@ LIMITS_BY_NAME = {
     "layers_per_block": (lambda v: v >= 0, "at least 0"),
     "whitening_images": (lambda v: v >= 1, "at least 1"),
     "whitening_bias_epochs": (lambda v: v >= 0, "at least 0"),
+    "validation_freq": (lambda v: v >= 1, "at least 1"),
     "lookahead_start_epoch": (lambda v: v >= 0, "at least 0"),
     "muon_lr": (lambda v: math.isfinite(v) and v > 0, "a finite number above 0"),
     "muon_momentum": (lambda v: 0 <= v < 1, "at least 0 and below 1"),

@@ -84,6 +84,7 @@ CONFIG = {
     "train": {
         "epochs": 20,  # airbench94 trains 9.9 on 50,000 images
         "steps_per_epoch": None,  # None: one pass over the training images
+        "validation_freq": 1,  # validate every this many epochs (fit's validation_freq); the epochs' count: only the last
         "lr": 1.5,  # airbench's 11.5 per 1024 examples over 1 + 1/(1 - momentum), on a mean loss
         "schedule": "triangle",  # 0.2 x lr up to lr at 23% of the steps, then down to 0.07 x lr; or linear: lr down to 0 (airbench94_muon's)
         "momentum": 0.85,  # Nesterov
@@ -392,8 +393,8 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
                                          delete_checkpoint=False),
     ]
     model.fit(timing.instrument(splits.train), validation_data=splits.validation,
-              epochs=train["epochs"], steps_per_epoch=splits.steps_per_epoch,
-              callbacks=callbacks, verbose=verbose)
+              validation_freq=train["validation_freq"], epochs=train["epochs"],
+              steps_per_epoch=splits.steps_per_epoch, callbacks=callbacks, verbose=verbose)
 
     # ## Evaluation
     # The mean prediction over 1, 2 (mirror) or 6 views (mirror x three

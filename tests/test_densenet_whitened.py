@@ -3,6 +3,7 @@ method): patch whitening, identity initialization, the triangular schedule,
 Lookahead, Muon for the convolutions, six-view test-time augmentation,
 reflected translations, and the recipe end to end."""
 
+import csv
 import json
 
 import keras
@@ -231,10 +232,14 @@ def test_reflected_pad_crop_brings_in_no_black(engine):
 @pytest.mark.slow
 def test_recipe_trains_saves_and_reloads(tiny_config, tmp_path, capsys):
     config = tiny_config("densenet_cifar10_cpu", "train.epochs=2", "train.optimizer=muon",
-                         "train.lookahead_start_epoch=1", "execution.precision=float32")
+                         "train.lookahead_start_epoch=1", "train.validation_freq=2",
+                         "execution.precision=float32")
     metrics = harness.train(config)
     run_dir = tmp_path / "run"
     assert metrics["epochs_completed"] == 2
+    # train.validation_freq=2: the first epoch skips the validation images, the second does not.
+    history = list(csv.DictReader((run_dir / "history.csv").open()))
+    assert [row["val_accuracy"] == "NA" for row in history] == [True, False]
     # The reported accuracy is the six views' (the YAML's), printed beside one and two views'.
     views = capsys.readouterr().out.split("test-time views: ")[1].splitlines()[0]
     assert views.startswith("1 ") and f"6 {metrics['test']['accuracy']:.4f}" in views
