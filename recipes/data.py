@@ -617,13 +617,14 @@ def _tf_batches(config, batch_size, num_classes, one_hot, seed, host_augment, mi
         images = tf.cast(images, tf.float32) / 255.0
         return images, tf.one_hot(labels, num_classes) if one_hot else labels
 
-    def alternate_flip(position, example):
-        # The position in the repeated stream is (pass, image): mirrored in
-        # even passes if `mirrored` says so, otherwise in odd ones.
-        image, label = example
+    def alternate_flip(positions, example):
+        # An image's position in the repeated stream is (pass, image):
+        # mirrored in even passes if `mirrored` says so, otherwise in odd
+        # ones. On whole batches: a map per image costs 15x more.
+        images, labels = example
         count = len(mirrored)
-        flip = tf.gather(mirrored, position % count) != (position // count % 2 == 1)
-        return tf.where(flip, tf.reverse(image, axis=[1]), image), label
+        flip = tf.gather(mirrored, positions % count) != (positions // count % 2 == 1)
+        return tf.where(flip[:, None, None, None], tf.reverse(images, axis=[2]), images), labels
 
     def batches(split, training, cache=config["cache"], start=0):
         dataset = split
@@ -634,7 +635,7 @@ def _tf_batches(config, batch_size, num_classes, one_hot, seed, host_augment, mi
         if training:
             dataset = dataset.repeat()
             if mirrored is not None:
-                dataset = dataset.enumerate().map(alternate_flip, num_parallel_calls=autotune)
+                dataset = dataset.enumerate()  # each image's position, for alternate_flip
             # Shuffled after repeating, in one fixed order: every new
             # iterator gives the same stream (Keras' JAX fit opens two).
             dataset = dataset.shuffle(config["shuffle_buffer"], seed=seed,
@@ -646,6 +647,8 @@ def _tf_batches(config, batch_size, num_classes, one_hot, seed, host_augment, mi
             count = len(split[1]) if isinstance(split, tuple) else _tfds_count(dataset)
             size = max(replicas, min(batch_size, count) // replicas * replicas)
         dataset = dataset.batch(size, drop_remainder=training, num_parallel_calls=autotune)
+        if training and mirrored is not None:
+            dataset = dataset.map(alternate_flip, num_parallel_calls=autotune)
         dataset = dataset.map(to_model_input, num_parallel_calls=autotune)
         if training and host_augment:
             # One batch at a time: the layers' random state then advances in
@@ -783,10 +786,18 @@ def pad_crop(engine, seed, padding=4, fill="black"):
         offsets = tf.random.uniform([batch, 2], 0, 2 * padding + 1, tf.int32, seed=seed)
         rows = offsets[:, :1] + tf.range(height)
         columns = offsets[:, 1:] + tf.range(width)
-        cropped = tf.gather(padded, rows, axis=1, batch_dims=1)
-        return tf.gather(cropped, columns, axis=2, batch_dims=1), labels
+        return _gather_crop(tf, padded, rows, columns), labels
 
     return apply, layer
+
+
+def _gather_crop(tf, padded, rows, columns):
+    """Each image of `padded` at its `rows` x `columns`, by TensorFlow's
+    batched gathers: its `take_along_axis` broadcasts the indices to every
+    pixel and takes 7x as long on a CPU (49 against 7 ms for 1,024 CIFAR
+    images)."""
+    cropped = tf.gather(padded, rows, axis=1, batch_dims=1)
+    return tf.gather(cropped, columns, axis=2, batch_dims=1)
 
 
 @keras.saving.register_keras_serializable(package="recipes")
@@ -820,6 +831,8 @@ class PadCrop(keras.layers.Layer):
         offsets = keras.random.randint((batch, 2), 0, 2 * p + 1, seed=self.seed_generator)
         rows = offsets[:, :1] + ops.arange(height)  # (batch, height)
         columns = offsets[:, 1:] + ops.arange(width)
+        if keras.backend.backend() == "tensorflow":
+            return _gather_crop(sys.modules["tensorflow"], padded, rows, columns)
         cropped = ops.take_along_axis(padded, rows[:, :, None, None], axis=1)
         return ops.take_along_axis(cropped, columns[:, None, :, None], axis=2)
 
