@@ -657,8 +657,8 @@ def _tf_batches(config, batch_size, num_classes, one_hot, seed, host_augment, mi
             dataset = dataset.map(host_augment).skip(start)
         # Parallel steps at AUTOTUNE then run on min(16, cores) threads,
         # fixed. tf.data's autotuning thread, on a 2-core CPU, took a core
-        # from training now and then and held the end of `fit` and `predict`
-        # (its iterator's destruction) for up to 16 s while it optimized.
+        # from training now and then, and held the end of `fit` (the
+        # destruction of its iterator) for up to 16 s.
         options = tf.data.Options()
         options.autotune.enabled = False
         return dataset.prefetch(autotune).with_options(options)
