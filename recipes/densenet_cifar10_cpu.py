@@ -90,7 +90,7 @@ CONFIG = {
         "momentum": 0.85,  # Nesterov
         "bias_lr_scale": 64.0,  # batch norm's offsets learn 64x faster
         "label_smoothing": 0.2,
-        "whitening_bias_epochs": 3,  # the whitening layer's bias trains this many epochs, then stops
+        "whitening_bias_epochs": 3,  # the whitening layer's bias trains this many epochs, then stops; 0: frozen, and nothing below the first convolution has a gradient to compute
         "lookahead_start_epoch": 3,  # the weights move to their average every 5 steps from this epoch on
         "optimizer": "sgd",  # or muon: the 3x3 convolutions' kernels by ConvMuon (airbench94_muon's), the rest as above
         "muon_lr": 0.24,  # ConvMuon's peak rate on the same schedule (airbench94_muon's 0.24)
@@ -154,6 +154,10 @@ def build(config, initial_epoch=0):
         conv_weight_decay=0.0 if train["optimizer"] == "muon" else None,
         # The offsets train at bias_lr_scale x the rate: the same decay per step.
         beta_weight_decay=model_config["weight_decay"] / train["bias_lr_scale"])
+    if model_config["whitening"] and train["whitening_bias_epochs"] == 0:
+        # No weight below the first convolution trains, so TensorFlow skips its
+        # input gradient (PyTorch's airbench skips it once the bias stops).
+        model.get_layer("whitening").trainable = False
     if splits.augment_on == "device":  # data.augment inside fit's training step
         model = data.AugmentedModel(model, splits.augment)
 

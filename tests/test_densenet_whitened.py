@@ -276,6 +276,22 @@ def test_the_ablation_switches_change_what_they_name():
     assert chain.get_layer("block2_conv").input.shape[-1] == 4
 
 
+@pytest.mark.parametrize("epochs", [0, 1])
+def test_a_whitening_bias_trained_for_no_epoch_is_frozen(tiny_config, epochs):
+    """With train.whitening_bias_epochs=0 nothing below the first convolution
+    trains, so the training step has no gradient to compute there."""
+    from recipes.densenet_cifar10_cpu import build
+
+    experiment = build(tiny_config("densenet_cifar10_cpu", f"train.whitening_bias_epochs={epochs}",
+                                   "execution.precision=float32"))
+    whitening = rdata.network_of(experiment.model).get_layer("whitening")
+    before = whitening.bias.numpy().copy()
+    experiment.model.fit(experiment.data.train, steps_per_epoch=1, verbose=0)
+    trained = [v.path for v in experiment.model.trainable_variables if v.path.startswith("whitening")]
+    assert trained == ([] if epochs == 0 else ["whitening/bias"])
+    assert np.array_equal(whitening.bias.numpy(), before) == (epochs == 0)
+
+
 def test_extending_a_run_on_the_triangle_is_refused(tiny_config, tmp_path):
     """The triangle spans all epochs: more of them would restart its curve."""
     run_dir = tmp_path / "run"
