@@ -90,7 +90,7 @@ CONFIG = {
         "momentum": 0.85,  # Nesterov
         "bias_lr_scale": 64.0,  # batch norm's offsets learn 64x faster
         "label_smoothing": 0.2,
-        "whitening_bias_epochs": 3,  # the whitening layer's bias trains this many epochs, then stops; 0: frozen, and nothing below the first convolution has a gradient to compute
+        "whitening_bias_epochs": 3,  # the whitening layer's bias trains this many epochs, then stops; 0: the layer is frozen
         "lookahead_start_epoch": 3,  # the weights move to their average every 5 steps from this epoch on
         "optimizer": "sgd",  # or muon: the 3x3 convolutions' kernels by ConvMuon (airbench94_muon's), the rest as above
         "muon_lr": 0.24,  # ConvMuon's peak rate on the same schedule (airbench94_muon's 0.24)
