@@ -16,10 +16,12 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe sweep compare compare-sizes benchmark benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak battery test test-fast tensorboard clean
+.PHONY: help setup list show recipe notebooks copy sweep compare compare-sizes benchmark benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak battery test test-fast tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
+	@echo "make notebooks                                     notebooks/<recipe>.ipynb, written from each recipe's file"
+	@echo "make copy NAME=<recipe> DIR=<folder>               the recipe and the files it needs, copied into a folder"
 	@echo "make recipe-multiworker NAME=<recipe> [WORKERS=2] [ARGS=...] train on N local worker processes"
 	@echo "make sweep NAME=<recipe> GRID=\"k=[a,b] ...\" [ARGS=...] every combination, with a results table"
 	@echo "    ... ONE_AT_A_TIME=1                             or each value alone, from the recipe's settings"
@@ -64,6 +66,15 @@ show: $(INSTALLED)
 recipe: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make recipe NAME=<recipe> [ARGS=\"key=value ...\"]; recipes:"; $(PY) -m recipes list; exit 2; }
 	@$(PY) -m recipes run $(NAME) $(ARGS)
+
+# Each recipe module's file as notebooks/<recipe>.ipynb (tests/test_notebooks.py
+# checks that they are fresh).
+notebooks: $(INSTALLED)
+	@$(PY) -m recipes notebooks
+
+copy: $(INSTALLED)
+	@test -n "$(NAME)" -a -n "$(DIR)" || { echo "usage: make copy NAME=<recipe> DIR=<folder>"; exit 2; }
+	@$(PY) -m recipes copy $(NAME) $(DIR)
 
 # MultiWorkerMirroredStrategy on WORKERS local processes (docs/distributed.md).
 WORKERS ?= 2

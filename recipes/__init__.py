@@ -3,10 +3,12 @@
 A recipe is either a module named in `MODULES` (its settings are its
 `CONFIG`), or a YAML file in `configs/` whose top-level `recipe:` key names
 the module that runs it, with its settings applied on top of that module's.
-Beside the recipes: `data` (what every recipe trains on, public: a copied
-recipe takes it along), `harness` (what `python -m recipes run` adds around
-a recipe), `_config`, `_environment` and `_distribute` (the harness's), and
-`tools` (the commands that work on a recipe). Listing recipes reads
+Beside the recipes, what a copied recipe takes along: `runs` (its command
+line and run directory), `data` (what it trains on), `folder` (image
+folders) and `augment` (augmentation); then `harness` (what `python -m
+recipes run` adds around a recipe), `_config`, `_environment` and
+`_distribute` (the harness's), and `tools` (the commands that work on a
+recipe). Listing recipes reads
 docstrings and YAML comments without importing anything, so `list` and
 `show` do not pay for importing TensorFlow.
 """
@@ -18,17 +20,14 @@ from pathlib import Path
 
 import yaml
 
+from recipes.runs import RUNS_DIR, UserError
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 CONFIGS_DIR = PACKAGE_DIR.parent / "configs"
-RUNS_DIR = Path("runs")  # relative to where the command runs
 # The recipe modules: each has `build(config)` and `run(config)`
 # (tests/test_layout.py keeps this list and the folder in step).
 MODULES = ("cifar10_cnn", "densenet_cifar10_cpu", "densenet_cifar100", "graph_lessons",
            "mnist_cnn", "mnist_mlp", "revnet_cifar10")
-
-
-class UserError(Exception):
-    """A problem the user can fix: printed as one message, exit status 2."""
 
 
 def _config_recipes():

@@ -1,21 +1,22 @@
 """Command line: `python -m recipes COMMAND ...`; `python -m recipes -h` says what
 each command does.
 
-The commands are a table, `COMMANDS`: `list`, `run` and `show` here, and
-what each tool module in `recipes/tools/` declares in its `COMMANDS`, with
-its options. Each command imports what it needs when it runs: `list` and
-`show` answer without importing TensorFlow.
+The commands: `list`, `run` and `show` here (`BUILT_IN`), and what each
+tool module in `recipes/tools/` declares in its `COMMANDS`, with its
+options (`TOOLS` says which module; `commands()` gathers them). Each
+command imports what it needs when it runs: `run` loads no tool, and `list`
+and `show` answer without importing TensorFlow.
 """
 
 import argparse
-import errno
+import importlib
 import os
 import sys
 
 import recipes
-from recipes import UserError, _config, _environment
-from recipes.tools import (Command, augment_bench, compare, curves, data_bench, graph, memory,
-                           multiworker, preview, profile, soak, sweep)
+from recipes import _config, _environment, runs
+from recipes.runs import UserError
+from recipes.tools import Command
 
 # TensorFlow's C++ start-up notices are noise to a reader of a training log.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -39,25 +40,38 @@ def show(name, config_files, overrides):
     print(_config.dump(config), end="")
 
 
-COMMANDS = {command.name: command for command in (
+BUILT_IN = (
     Command("list", "every recipe, with a one-line description", list_recipes, on_recipe=False,
             without_tensorflow=True),
-    *curves.COMMANDS,
     Command("run", "train a recipe", train, without_tensorflow=True),
     Command("show", "print a recipe's resolved config as YAML", show, without_tensorflow=True),
-    *sweep.COMMANDS, *compare.COMMANDS, *preview.COMMANDS, *graph.COMMANDS,
-    *profile.COMMANDS, *soak.COMMANDS, *augment_bench.COMMANDS, *data_bench.COMMANDS,
-    *memory.COMMANDS, *multiworker.COMMANDS,
-)}
+)
+# The module in recipes/tools/ that declares each other command, in its
+# COMMANDS: imported only when that command runs (or for -h), so that `run`
+# loads what training needs, and no tool.
+TOOLS = {"curves": "curves", "sweep": "sweep", "compare": "compare", "compare-sizes": "compare",
+         "scaling": "compare", "preview": "preview", "graph": "graph", "profile": "profile",
+         "soak": "soak", "augment-benchmark": "augment_bench", "data-benchmark": "data_bench",
+         "memory": "memory", "multiworker": "multiworker", "notebooks": "notebooks",
+         "copy": "copy"}
 
 
-def build_parser():
-    """The command line's parser: a subcommand for each of `COMMANDS`."""
+def commands(names=None):
+    """{name: Command} of the built-in commands and of the tools `names` (all: None)."""
+    found = {command.name: command for command in BUILT_IN}
+    for module in dict.fromkeys(TOOLS[name] for name in (names or TOOLS) if name in TOOLS):
+        for command in importlib.import_module(f"recipes.tools.{module}").COMMANDS:
+            found[command.name] = command
+    return found
+
+
+def build_parser(found=None):
+    """The command line's parser: a subcommand for each of `found` (every command's)."""
     parser = argparse.ArgumentParser(
         prog="python -m recipes",
         description="Train Keras 3 recipes in eager, graph or XLA mode.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS.values():
+    for command in (found or commands()).values():
         sub = subparsers.add_parser(command.name, help=command.help)
         if command.on_recipe:
             sub.add_argument("name", help="recipe name (see `list`)")
@@ -72,12 +86,16 @@ def build_parser():
 
 
 def main(argv=None):
-    cli = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    # The parser of the command named first; of every command for -h or a typo.
+    named = argv[0] if argv and argv[0] in {*TOOLS, *(c.name for c in BUILT_IN)} else None
+    found = commands([named] if named else None)
+    cli = build_parser(found)
     # key=value items may also follow options (`sweep NAME --grid ... k=v`),
     # which argparse leaves over.
     args, extra = cli.parse_known_args(argv)
     arguments = dict(vars(args))
-    command = COMMANDS[arguments.pop("command")]
+    command = found[arguments.pop("command")]
     if not (command.without_tensorflow or _environment.has_tensorflow()):
         raise UserError(f"{command.name} needs TensorFlow, which is not installed here; "
                         "without it, `run NAME execution.backend=jax` trains the recipes "
@@ -90,8 +108,10 @@ def main(argv=None):
 
     items = [*args.overrides, *extra]
     for key in (item.partition("=")[0] for item in items):
-        owners = [other.name for other in COMMANDS.values() if other.takes(key)]
-        if owners and not command.takes(key):
+        if "." in key or command.takes(key):
+            continue  # a config key, or this command's option
+        owners = [other.name for other in commands().values() if other.takes(key)]
+        if owners:
             cli.error(f"{key}= belongs to {', '.join(owners)}")
     # The command's options are split off first: the rest is the config,
     # resolved now, before any command imports TensorFlow, so that a typo
@@ -109,39 +129,6 @@ def main(argv=None):
     return 0
 
 
-class ClosedOutputTolerant:
-    """Standard output that, once its reader has gone (`| head`), drops what
-    is written instead of raising BrokenPipeError in the middle of training:
-    a run then trains to its end, and its files and exit status say what it
-    did."""
-
-    def __init__(self, stream):
-        self._stream, self._closed = stream, False
-
-    def write(self, text):
-        if not self._closed:
-            try:
-                return self._stream.write(text)
-            except BrokenPipeError:
-                self._gone()
-        return len(text)
-
-    def flush(self):
-        if not self._closed:
-            try:
-                self._stream.flush()
-            except BrokenPipeError:
-                self._gone()
-
-    def _gone(self):
-        self._closed = True
-        # Python flushes stdout at exit: point its file at devnull, so that cannot raise.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-
 def on_unraisable(unraisable):
     # A Ctrl-C that Python dropped (raised in a gc callback or a __del__)
     # stops training at the next batch (StopAfterInterrupt): no need to print it.
@@ -156,29 +143,15 @@ def on_unraisable(unraisable):
 def exit_status(error):
     """(exit status, message for stderr) for an exception a command raised, or
     None for one that is a bug, to be shown with its traceback."""
-    from recipes import harness
-
-    if isinstance(error, harness.Interrupted):
-        return 130, str(error)
-    if isinstance(error, UserError):
-        return 2, f"error: {error}"
-    data = sys.modules.get("recipes.data")
-    if data is not None and isinstance(error, data.ConfigError):
-        return 2, f"error: {error}"
-    divergence = sys.modules.get("callbacks.divergence_stop")
-    if divergence is not None and isinstance(error, divergence.TrainingDiverged):
-        return 3, f"error: {error}"
-    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-        return 2, (f"error: the disk is full ({error.filename or 'writing the run'}): finished "
-                   "epochs are saved; free some space and run the same command with "
-                   "run.resume=true (or the same run.dir) to go on.")
+    status, message = runs.exit_status(error, "the same command with run.resume=true (or the "
+                                               "same run.dir)")
+    if message is not None:
+        return status, message
     tf = sys.modules.get("tensorflow")
     if tf is not None and isinstance(error, tf.errors.UnavailableError):
         # A multi-worker run whose peer stopped: a situation, not a bug.
         return 2, ("error: a worker of this multi-worker run stopped answering; finished "
                    "epochs are saved: run the same command again to resume.")
-    if isinstance(error, KeyboardInterrupt):
-        return 130, "interrupted."
     return None
 
 
@@ -197,6 +170,7 @@ def run_cli(argv=None):
 
 
 if __name__ == "__main__":
-    sys.stdout = ClosedOutputTolerant(sys.stdout)
     sys.unraisablehook = on_unraisable
-    sys.exit(run_cli())
+    with runs.signals_and_output():
+        status = run_cli()
+    sys.exit(status)

@@ -80,10 +80,10 @@ def backend():
 
 
 def gpus():
-    """The names of the GPUs that Keras' backend computes on (recipes/data.py's)."""
-    from recipes import data  # imports Keras
+    """The names of the GPUs that Keras' backend computes on (recipes/augment.py's)."""
+    from recipes import augment  # imports Keras
 
-    return data.gpus()
+    return augment.gpus()
 
 
 def versions():

@@ -1,4 +1,4 @@
-"""Small CNN on CIFAR-10: two stages of two 3x3 convolutions, then a dense head; expect ~73%.
+"""Small CNN on CIFAR-10: two stages of two 3x3 convolutions, then a dense head; ~73% at 25 epochs.
 
 The classic convolutional course model, rebuilt from the Keras example
 `examples/cifar10_cnn.py` (keras-team/keras, Keras 2): RMSprop at 1e-4 with
@@ -16,27 +16,31 @@ rising: short of the example's 75% on 10% fewer training images
     make recipe NAME=cifar10_cnn
     make recipe NAME=cifar10_cnn ARGS="execution.mode=xla data.source=synthetic train.epochs=1"
 
-Copy it out: this file, with models/simple_cnn.py, recipes/data.py and
-callbacks/timing.py in those folders beside it, trains on its own:
+Copy it out with models/simple_cnn.py, recipes/data.py, recipes/augment.py,
+recipes/runs.py and callbacks/timing.py in those folders beside it (and
+recipes/folder.py for data.source=folder), and it trains on its own,
+checking each `key=value` as the repository does; `run.dir=DIR` resumes a
+run:
 
     python cifar10_cnn.py data.source=synthetic train.epochs=1
 """
 
-import sys
-import time
+# ## Setup
 from pathlib import Path
 from types import SimpleNamespace
 
 import keras
-import yaml
 
 from callbacks.timing import Timing
 from models.simple_cnn import simple_cnn
-from recipes import data
+from recipes import augment, data, runs
 
-# What this recipe trains with, each value with its reason; `key=value` on
-# the command line overrides any of them. The data section's other keys
-# (data.source: tfds, a folder or synthetic images) are recipes/data.py's.
+# ## Configuration
+# What this recipe trains with, each value with its reason. `key=value` on the
+# command line overrides any of them; in a notebook, edit them here. The data
+# section's other keys (`source`: tfds, folder or synthetic) are
+# recipes/data.py's `DEFAULTS`; `run.dir` (where the run writes) is
+# recipes/runs.py's.
 CONFIG = {
     "data": {
         "name": "cifar10",
@@ -58,7 +62,7 @@ CONFIG = {
         "lr_decay": 1.0e-6,  # the example's decay: lr / (1 + 1e-6 * step), an InverseTimeDecay
     },
     "execution": {
-        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: Keras' default
+        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: the backend's compiled step
         "precision": "float32",  # or mixed_bfloat16, mixed_float16
         "seed": 0,
         "steps_per_execution": 1,
@@ -66,6 +70,7 @@ CONFIG = {
 }
 
 
+# ## The data and the compiled model
 def build(config, initial_epoch=0):
     """The compiled model and its data: what `run` trains, and what the
     tools (compare, graph, preview) time, draw and show.
@@ -80,20 +85,19 @@ def build(config, initial_epoch=0):
     keras.utils.set_random_seed(execution["seed"])
     keras.mixed_precision.set_global_policy(execution["precision"])
 
-    # ## Data
     # uint8 images scaled to [0, 1] on whole batches; 10% of the training
     # split is held out for validation, the test split is only for the end.
     # `data.augment` (shifts and flips, as in the example) applies to
     # training batches only.
+    augmentation = augment.from_config(config["data"], seed=execution["seed"])
     splits = data.load(config["data"], seed=execution["seed"],
-                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch)
+                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch,
+                       augmentation=augmentation)
 
-    # ## Model
     model = simple_cnn(splits.input_shape, splits.num_classes, **config["model"])
     if splits.augment_on == "device":  # data.augment inside fit's training step
-        model = data.AugmentedModel(model, splits.augment)
+        model = augment.AugmentedModel(model, splits.augment)
 
-    # ## Training setup
     # Keras 2's RMSprop(lr, decay=d) lowered the rate to lr / (1 + d * step);
     # InverseTimeDecay with decay_steps=1 is exactly that.
     learning_rate = keras.optimizers.schedules.InverseTimeDecay(
@@ -115,6 +119,7 @@ def build(config, initial_epoch=0):
     return SimpleNamespace(model=model, data=splits)
 
 
+# ## Training and evaluation
 def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
     """Trains the model `config` describes, writing into `run_dir`, and
     evaluates it on the test split.
@@ -130,17 +135,16 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
     experiment = build(config, initial_epoch)
     model, splits, run_dir = experiment.model, experiment.data, Path(run_dir)
 
-    # ## Training
     timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
     callbacks = [
-        *extra_callbacks,  # the harness's, when it runs this recipe: its checks come first
+        *extra_callbacks,  # the run directory's (recipes/runs.py), and the repository's
         timing,
         keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
         # Scalars for `tensorboard --logdir runs`, written through TensorFlow.
         *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if data.HAS_TENSORFLOW else []),
         keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
         # The whole training state after each epoch, and the one before: run
-        # again with the same run_dir, training goes on from the last epoch.
+        # again with the same run.dir, training goes on from the last epoch.
         keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
                                          delete_checkpoint=False),
     ]
@@ -148,20 +152,14 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
               epochs=config["train"]["epochs"], steps_per_epoch=splits.steps_per_epoch,
               callbacks=callbacks, verbose=verbose)
 
-    # ## Evaluation
     experiment.test = model.evaluate(splits.test, return_dict=True, verbose=0)
     experiment.timing = timing
     return experiment
 
 
-if __name__ == "__main__":  # python cifar10_cnn.py key=value ...
-    for item in sys.argv[1:]:
-        key, equals, value = item.partition("=")
-        section, _, name = key.partition(".")
-        known = data.DEFAULTS if section == "data" else CONFIG.get(section, {})
-        if not equals or name not in known:  # a typo would otherwise be ignored
-            sys.exit(f"error: '{item}': expected key=value, with a key of CONFIG "
-                     "(e.g. train.epochs=1)")
-        CONFIG[section][name] = yaml.safe_load(value)
-    result = run(CONFIG, Path("runs", "cifar10_cnn", time.strftime("%Y%m%d-%H%M%S")))
-    print("test:", result.test)
+# ## Run it
+# `python cifar10_cnn.py key=value ...` in a shell; `%run cifar10_cnn.py key=value ...`
+# in a notebook, or this cell as it is, with CONFIG's values. A wrong key or
+# value is one line; `run.dir=DIR` goes on with the run in DIR.
+if __name__ == "__main__":
+    experiment = runs.main("cifar10_cnn", CONFIG, run)

@@ -19,28 +19,32 @@ figures on one. The DenseNet measured on a CPU is `densenet_cifar10_cpu`
     make recipe NAME=densenet_cifar100 ARGS="model.variant=densenet40_k12 model.api=sequential"
     make recipe NAME=densenet_cifar100_modern          # cosine, label smoothing, RandAugment, CutMix
 
-Copy it out: this file, with models/densenet.py, recipes/data.py and
-callbacks/timing.py in those folders beside it, trains on its own:
+Copy it out with models/densenet.py, recipes/data.py, recipes/augment.py,
+recipes/runs.py and callbacks/timing.py in those folders beside it (and
+recipes/folder.py for data.source=folder), and it trains on its own,
+checking each `key=value` as the repository does; `run.dir=DIR` resumes a
+run:
 
     python densenet_cifar100.py data.source=synthetic train.epochs=1 model.depth=40
 """
 
-import sys
-import time
+# ## Setup
 from pathlib import Path
 from types import SimpleNamespace
 
 import keras
-import yaml
 from keras import ops
 
 from callbacks.timing import Timing
 from models.densenet import densenet, variant_spec
-from recipes import data
+from recipes import augment, data, runs
 
-# What this recipe trains with, each value with its reason; `key=value` on
-# the command line overrides any of them. The data section's other keys
-# (data.source: tfds, a folder or synthetic images) are recipes/data.py's.
+# ## Configuration
+# What this recipe trains with, each value with its reason. `key=value` on the
+# command line overrides any of them; in a notebook, edit them here. The data
+# section's other keys (`source`: tfds, folder or synthetic) are
+# recipes/data.py's `DEFAULTS`; `run.dir` (where the run writes) is
+# recipes/runs.py's.
 CONFIG = {
     "data": {
         "name": "cifar100",
@@ -74,7 +78,7 @@ CONFIG = {
         "label_smoothing": 0.0,
     },
     "execution": {
-        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: Keras' default
+        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: the backend's compiled step
         "precision": "float32",  # or mixed_bfloat16, mixed_float16
         "seed": 0,
         "steps_per_execution": 1,
@@ -92,6 +96,7 @@ CONFIG_SCHEMA = {
 }
 
 
+# ## The data and the compiled model
 def build(config, initial_epoch=0):
     """The compiled model and its data: what `run` trains, and what the
     tools (compare, graph, preview) time, draw and show.
@@ -110,19 +115,19 @@ def build(config, initial_epoch=0):
                             bottleneck=model_config["bottleneck"],
                             compression=model_config["compression"])
     except ValueError as error:
-        raise data.ConfigError(f"model: {error}") from None
+        raise runs.UserError(f"model: {error}") from None
     # Every random draw (weights, dropout, the shuffle, augmentation) from
     # one seed, and the dtype policy, before anything is built.
     keras.utils.set_random_seed(execution["seed"])
     keras.mixed_precision.set_global_policy(execution["precision"])
 
-    # ## Data
     # `data.augment` (pad-crop and flip for the paper) runs on training
     # batches only. One-hot labels, for label smoothing.
+    augmentation = augment.from_config(config["data"], seed=execution["seed"])
     splits = data.load(config["data"], seed=execution["seed"], one_hot=True,
-                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch)
+                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch,
+                       augmentation=augmentation)
 
-    # ## Model
     # Per-channel normalization with the training images' statistics, as a
     # layer inside the model: a saved model takes plain [0, 1] images.
     # float32 under a mixed policy too: `adapt` sums float32 images.
@@ -134,9 +139,8 @@ def build(config, initial_epoch=0):
                      batch_norm_momentum=model_config["batch_norm_momentum"],
                      normalization=normalization, api=model_config["api"])
     if splits.augment_on == "device":  # data.augment inside fit's training step
-        model = data.AugmentedModel(model, splits.augment)
+        model = augment.AugmentedModel(model, splits.augment)
 
-    # ## Training setup
     optimizer = keras.optimizers.SGD(learning_rate=_schedule(train, splits.steps_per_epoch),
                                      momentum=train["momentum"], nesterov=True)
     # One-hot labels (data above), so that they can be smoothed.
@@ -171,6 +175,7 @@ def _schedule(train, steps_per_epoch):
         warmup_target=lr if warmup else None, warmup_steps=warmup)
 
 
+# ## Training and evaluation
 def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
     """Trains the model `config` describes, writing into `run_dir`, and
     evaluates it on the test split.
@@ -186,17 +191,16 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
     experiment = build(config, initial_epoch)
     model, splits, run_dir = experiment.model, experiment.data, Path(run_dir)
 
-    # ## Training
     timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
     callbacks = [
-        *extra_callbacks,  # the harness's, when it runs this recipe: its checks come first
+        *extra_callbacks,  # the run directory's (recipes/runs.py), and the repository's
         timing,
         keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
         # Scalars for `tensorboard --logdir runs`, written through TensorFlow.
         *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if data.HAS_TENSORFLOW else []),
         keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
         # The whole training state after each epoch, and the one before: run
-        # again with the same run_dir, training goes on from the last epoch.
+        # again with the same run.dir, training goes on from the last epoch.
         keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
                                          delete_checkpoint=False),
     ]
@@ -204,13 +208,12 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
               epochs=config["train"]["epochs"], steps_per_epoch=splits.steps_per_epoch,
               callbacks=callbacks, verbose=verbose)
 
-    # ## Evaluation
     # With model.test_time_flip, each image's prediction is the mean of the
     # network's on the image and on its mirror image (test-time augmentation).
     evaluated = model
     if config["model"]["test_time_flip"]:
         mode = config["execution"]["mode"]
-        evaluated = flip_averaged(data.network_of(model))
+        evaluated = flip_averaged(augment.network_of(model))
         evaluated.compile(loss=model.loss, metrics=["accuracy"],
                           run_eagerly=mode == "eager", jit_compile=mode == "xla")
     experiment.test = evaluated.evaluate(splits.test, return_dict=True, verbose=0)
@@ -229,14 +232,9 @@ def flip_averaged(network):
     return keras.Model(images, mean, name=f"{network.name}_flip_averaged")
 
 
-if __name__ == "__main__":  # python densenet_cifar100.py key=value ...
-    for item in sys.argv[1:]:
-        key, equals, value = item.partition("=")
-        section, _, name = key.partition(".")
-        known = data.DEFAULTS if section == "data" else CONFIG.get(section, {})
-        if not equals or name not in known:  # a typo would otherwise be ignored
-            sys.exit(f"error: '{item}': expected key=value, with a key of CONFIG "
-                     "(e.g. train.epochs=1)")
-        CONFIG[section][name] = yaml.safe_load(value)
-    result = run(CONFIG, Path("runs", "densenet_cifar100", time.strftime("%Y%m%d-%H%M%S")))
-    print("test:", result.test)
+# ## Run it
+# `python densenet_cifar100.py key=value ...` in a shell; `%run densenet_cifar100.py key=value ...`
+# in a notebook, or this cell as it is, with CONFIG's values. A wrong key or
+# value is one line; `run.dir=DIR` goes on with the run in DIR.
+if __name__ == "__main__":
+    experiment = runs.main("densenet_cifar100", CONFIG, run, CONFIG_SCHEMA)

@@ -34,30 +34,35 @@ linear schedule, 11 epochs), read 95.06% and 95.20% in 34 minutes on EPYC-Zen5.
     make recipe NAME=densenet_cifar10_cpu ARGS="data.source=folder data.path=DATA"
 
 airbench keeps its whole method in one file; so does this recipe, but for
-the network, whose module holds its layers and the test-time views. Copy it
-out: this file, with models/densenet_whitened.py, recipes/data.py and
-callbacks/timing.py in those folders beside it, trains on its own:
+the network, whose module holds its layers and the test-time views.
+
+Copy it out with models/densenet_whitened.py, recipes/data.py,
+recipes/augment.py, recipes/runs.py and callbacks/timing.py in those folders
+beside it (and recipes/folder.py for data.source=folder), and it trains on
+its own, checking each `key=value` as the repository does; `run.dir=DIR`
+resumes a run:
 
     python densenet_cifar10_cpu.py data.source=synthetic train.epochs=1
 """
 
-import sys
-import time
+# ## Setup
 from pathlib import Path
 from types import SimpleNamespace
 
 import keras
 import numpy as np
-import yaml
 from keras import ops
 
 from callbacks.timing import Timing
 from models.densenet_whitened import densenet_whitened, test_time_views, view_metrics
-from recipes import data
+from recipes import augment, data, runs
 
-# What this recipe trains with, each value with its reason; `key=value` on
-# the command line overrides any of them. The data section's other keys
-# (data.source: tfds, a folder or synthetic images) are recipes/data.py's.
+# ## Configuration
+# What this recipe trains with, each value with its reason. `key=value` on the
+# command line overrides any of them; in a notebook, edit them here. The data
+# section's other keys (`source`: tfds, folder or synthetic) are
+# recipes/data.py's `DEFAULTS`; `run.dir` (where the run writes) is
+# recipes/runs.py's.
 CONFIG = {
     "data": {
         "name": "cifar10",
@@ -97,7 +102,7 @@ CONFIG = {
         "muon_momentum": 0.6,  # airbench94_muon's, Nesterov
     },
     "execution": {
-        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: Keras' default
+        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: the backend's compiled step
         "precision": "mixed_bfloat16",  # needs AVX512_BF16 (grep avx512_bf16 /proc/cpuinfo); elsewhere use float32
         "onednn": True,  # oneDNN's kernels, set before TensorFlow starts (by the harness; a copied file: TF_ENABLE_ONEDNN_OPTS=1)
         "seed": 0,
@@ -111,6 +116,7 @@ CONFIG_SCHEMA = {"model.test_time_views": [1, 2, 6],
                  "train.optimizer": ["sgd", "muon"]}
 
 
+# ## The data and the compiled model
 def build(config, initial_epoch=0):
     """The compiled model and its data: what `run` trains, and what the
     tools (compare, graph, profile) time, draw and profile.
@@ -124,13 +130,13 @@ def build(config, initial_epoch=0):
     keras.utils.set_random_seed(execution["seed"])
     keras.mixed_precision.set_global_policy(execution["precision"])
 
-    # ## Data
     # `data.augment`: flips and 2-pixel translations with reflected edges.
     # One-hot labels, for label smoothing.
+    augmentation = augment.from_config(config["data"], seed=execution["seed"])
     splits = data.load(config["data"], seed=execution["seed"], one_hot=True,
-                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch)
+                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch,
+                       augmentation=augmentation)
 
-    # ## Model
     # Per-channel normalization with the training images' statistics,
     # inside the model: a saved model takes plain [0, 1] images.
     normalization = keras.layers.Normalization(axis=-1, dtype="float32", name="normalization")
@@ -159,9 +165,8 @@ def build(config, initial_epoch=0):
         # input gradient (PyTorch's airbench skips it once the bias stops).
         model.get_layer("whitening").trainable = False
     if splits.augment_on == "device":  # data.augment inside fit's training step
-        model = data.AugmentedModel(model, splits.augment)
+        model = augment.AugmentedModel(model, splits.augment)
 
-    # ## Training setup
     mode = execution["mode"]
     model.compile(
         optimizer=_optimizer(train, splits.steps_per_epoch),
@@ -362,6 +367,7 @@ class Lookahead(keras.callbacks.Callback):
             weight.assign(average)
 
 
+# ## Training and evaluation
 def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
     """Trains the model `config` describes, writing into `run_dir`, and
     evaluates it on the test split over 1, 2 and 6 views of each image.
@@ -379,10 +385,9 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
     model, splits, run_dir = experiment.model, experiment.data, Path(run_dir)
     train = config["train"]
 
-    # ## Training
     timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
     callbacks = [
-        *extra_callbacks,  # the harness's, when it runs this recipe: its checks come first
+        *extra_callbacks,  # the run directory's (recipes/runs.py), and the repository's
         timing,
         # Before the logs, the checkpoints and the backup: they record the averaged weights.
         Lookahead(total_steps=train["epochs"] * splits.steps_per_epoch,
@@ -392,7 +397,7 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
         *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if data.HAS_TENSORFLOW else []),
         keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
         # The whole training state after each epoch, and the one before: run
-        # again with the same run_dir, training goes on from the last epoch.
+        # again with the same run.dir, training goes on from the last epoch.
         keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
                                          delete_checkpoint=False),
     ]
@@ -400,7 +405,6 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
               validation_freq=train["validation_freq"], epochs=train["epochs"],
               steps_per_epoch=splits.steps_per_epoch, callbacks=callbacks, verbose=verbose)
 
-    # ## Evaluation
     # The mean prediction over 1, 2 (mirror) or 6 views (mirror x three
     # shifts), of probabilities or of logits (model.test_time_average), from
     # one prediction of every view: model.test_time_views is the one
@@ -409,7 +413,7 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
     average = config["model"]["test_time_average"]
     other = {"probabilities": "logits", "logits": "probabilities"}[average]
     mode = config["execution"]["mode"]
-    network = data.network_of(model)
+    network = augment.network_of(model)
     every_view = test_time_views(network, translate=True)
     every_view.compile(run_eagerly=mode == "eager", jit_compile=mode == "xla")
     predictions = every_view.predict(splits.test, verbose=0)
@@ -427,14 +431,9 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
     return experiment
 
 
-if __name__ == "__main__":  # python densenet_cifar10_cpu.py key=value ...
-    for item in sys.argv[1:]:
-        key, equals, value = item.partition("=")
-        section, _, name = key.partition(".")
-        known = data.DEFAULTS if section == "data" else CONFIG.get(section, {})
-        if not equals or name not in known:  # a typo would otherwise be ignored
-            sys.exit(f"error: '{item}': expected key=value, with a key of CONFIG "
-                     "(e.g. train.epochs=1)")
-        CONFIG[section][name] = yaml.safe_load(value)
-    result = run(CONFIG, Path("runs", "densenet_cifar10_cpu", time.strftime("%Y%m%d-%H%M%S")))
-    print("test:", result.test)
+# ## Run it
+# `python densenet_cifar10_cpu.py key=value ...` in a shell; `%run densenet_cifar10_cpu.py key=value ...`
+# in a notebook, or this cell as it is, with CONFIG's values. A wrong key or
+# value is one line; `run.dir=DIR` goes on with the run in DIR.
+if __name__ == "__main__":
+    experiment = runs.main("densenet_cifar10_cpu", CONFIG, run, CONFIG_SCHEMA)

@@ -23,31 +23,34 @@ commands; docs/tf-function.md has them and the timings.
     make recipe NAME=graph_lessons
     make compare NAME=graph_lessons ARGS="modes=eager,graph,loop_eager,loop_function,loop_epoch"
 
-Copy it out: this file, with models/rnn.py, recipes/data.py and
-callbacks/timing.py in those folders beside it, runs on its own:
+Copy it out with models/rnn.py, recipes/data.py, recipes/runs.py and
+callbacks/timing.py in those folders beside it (and recipes/folder.py for
+data.source=folder), and it runs on its own, checking each `key=value` as
+the repository does; `run.dir=DIR` resumes a run:
 
     python graph_lessons.py data.source=synthetic train.epochs=1
 """
 
+# ## Setup
 import contextlib
 import io
 import json
-import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import keras
 import tensorflow as tf
-import yaml
 
 from callbacks.timing import Timing
 from models.rnn import row_lstm
-from recipes import data
+from recipes import data, runs
 
-# What this recipe trains with, each value with its reason; `key=value` on
-# the command line overrides any of them. The data section's other keys
-# (data.source: tfds, a folder or synthetic images) are recipes/data.py's.
+# ## Configuration
+# What this recipe trains with, each value with its reason. `key=value` on the
+# command line overrides any of them; in a notebook, edit them here. The data
+# section's other keys (`source`: tfds, folder or synthetic) are
+# recipes/data.py's `DEFAULTS`; `run.dir` (where the run writes) is
+# recipes/runs.py's.
 CONFIG = {
     "data": {"name": "mnist", "batch_size": 128},
     "model": {"units": 128},  # the LSTM's state size
@@ -57,7 +60,7 @@ CONFIG = {
         "lr": 1.0e-3,  # Adam's default rate
     },
     "execution": {
-        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: Keras' default
+        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: the backend's compiled step
         "precision": "float32",  # or mixed_bfloat16, mixed_float16
         "seed": 0,
         "steps_per_execution": 1,
@@ -192,6 +195,7 @@ def report(lessons):
 # ## The model: an LSTM stepped in Python
 
 
+# ## The data and the compiled model
 def build(config, initial_epoch=0):
     """The compiled model and its data: what `run` trains, and what the
     tools (compare, graph) time and draw.
@@ -204,21 +208,14 @@ def build(config, initial_epoch=0):
     keras.utils.set_random_seed(execution["seed"])
     keras.mixed_precision.set_global_policy(execution["precision"])
 
-    # ## Data
     # MNIST's 28 rows of 28 pixels are 28 time steps of 28 features.
     splits = data.load(config["data"], seed=execution["seed"],
                        steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch)
 
-    # ## Model
     model = row_lstm(splits.input_shape, splits.num_classes, units=config["model"]["units"])
-    if splits.augment_on == "device":  # data.augment inside fit's training step
-        model = data.AugmentedModel(model, splits.augment)
 
-    # ## Training setup
     optimizer = keras.optimizers.Adam(learning_rate=train["lr"])
-    # Class indices, or one-hot labels once MixUp or CutMix blend them.
-    loss = (keras.losses.CategoricalCrossentropy() if splits.one_hot
-            else keras.losses.SparseCategoricalCrossentropy())
+    loss = keras.losses.SparseCategoricalCrossentropy()  # labels are class indices
     # The execution mode is only a compile argument: op by op from Python
     # (eager), one tf.function per step (graph), or compiled by XLA (xla).
     mode = execution["mode"]
@@ -228,6 +225,7 @@ def build(config, initial_epoch=0):
     return SimpleNamespace(model=model, data=splits)
 
 
+# ## Training and evaluation
 def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
     """Runs the lessons, writing what they showed to `run_dir/lessons.json`,
     then trains the model, writing into `run_dir`, and evaluates it.
@@ -252,10 +250,9 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
     experiment = build(config, initial_epoch)
     model, splits = experiment.model, experiment.data
 
-    # ## Training
     timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
     callbacks = [
-        *extra_callbacks,  # the harness's, when it runs this recipe: its checks come first
+        *extra_callbacks,  # the run directory's (recipes/runs.py), and the repository's
         timing,
         keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
         keras.callbacks.TensorBoard(run_dir / "tensorboard"),  # tensorboard --logdir runs
@@ -269,20 +266,14 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
               epochs=config["train"]["epochs"], steps_per_epoch=splits.steps_per_epoch,
               callbacks=callbacks, verbose=verbose)
 
-    # ## Evaluation
     experiment.test = model.evaluate(splits.test, return_dict=True, verbose=0)
     experiment.timing = timing
     return experiment
 
 
-if __name__ == "__main__":  # python graph_lessons.py key=value ...
-    for item in sys.argv[1:]:
-        key, equals, value = item.partition("=")
-        section, _, name = key.partition(".")
-        known = data.DEFAULTS if section == "data" else CONFIG.get(section, {})
-        if not equals or name not in known:  # a typo would otherwise be ignored
-            sys.exit(f"error: '{item}': expected key=value, with a key of CONFIG "
-                     "(e.g. train.epochs=1)")
-        CONFIG[section][name] = yaml.safe_load(value)
-    result = run(CONFIG, Path("runs", "graph_lessons", time.strftime("%Y%m%d-%H%M%S")))
-    print("test:", result.test)
+# ## Run it
+# `python graph_lessons.py key=value ...` in a shell; `%run graph_lessons.py key=value ...`
+# in a notebook, or this cell as it is, with CONFIG's values. A wrong key or
+# value is one line; `run.dir=DIR` goes on with the run in DIR.
+if __name__ == "__main__":
+    experiment = runs.main("graph_lessons", CONFIG, run)

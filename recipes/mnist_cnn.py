@@ -11,27 +11,30 @@ Measured: 99.25% on 6,000 held-out MNIST training digits after 12 epochs, in
     make recipe NAME=mnist_cnn
     make recipe NAME=fashion_mnist_cnn ARGS="execution.mode=xla"
 
-Copy it out: this file, with models/mnist_cnn.py, recipes/data.py and
-callbacks/timing.py in those folders beside it, trains on its own:
+Copy it out with models/mnist_cnn.py, recipes/data.py, recipes/runs.py and
+callbacks/timing.py in those folders beside it (and recipes/folder.py for
+data.source=folder), and it trains on its own, checking each `key=value` as
+the repository does; `run.dir=DIR` resumes a run:
 
     python mnist_cnn.py data.source=synthetic train.epochs=1
 """
 
-import sys
-import time
+# ## Setup
 from pathlib import Path
 from types import SimpleNamespace
 
 import keras
-import yaml
 
 from callbacks.timing import Timing
 from models.mnist_cnn import mnist_cnn
-from recipes import data
+from recipes import data, runs
 
-# What this recipe trains with, each value with its reason; `key=value` on
-# the command line overrides any of them. The data section's other keys
-# (data.source: tfds, a folder or synthetic images) are recipes/data.py's.
+# ## Configuration
+# What this recipe trains with, each value with its reason. `key=value` on the
+# command line overrides any of them; in a notebook, edit them here. The data
+# section's other keys (`source`: tfds, folder or synthetic) are
+# recipes/data.py's `DEFAULTS`; `run.dir` (where the run writes) is
+# recipes/runs.py's.
 CONFIG = {
     "data": {
         "name": "mnist",
@@ -49,7 +52,7 @@ CONFIG = {
         "lr": 1.0,  # Keras 2's Adadelta default, which the example uses (Keras 3's is 1e-3)
     },
     "execution": {
-        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: Keras' default
+        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: the backend's compiled step
         "precision": "float32",  # or mixed_bfloat16, mixed_float16
         "seed": 0,
         "steps_per_execution": 1,
@@ -57,6 +60,7 @@ CONFIG = {
 }
 
 
+# ## The data and the compiled model
 def build(config, initial_epoch=0):
     """The compiled model and its data: what `run` trains, and what the
     tools (compare, graph, preview) time, draw and show.
@@ -71,23 +75,16 @@ def build(config, initial_epoch=0):
     keras.utils.set_random_seed(execution["seed"])
     keras.mixed_precision.set_global_policy(execution["precision"])
 
-    # ## Data
     # uint8 images scaled to [0, 1] on whole batches; 10% of the training
     # split is held out for validation, the test split is only for the end.
     splits = data.load(config["data"], seed=execution["seed"],
                        steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch)
 
-    # ## Model
     model = mnist_cnn(splits.input_shape, splits.num_classes, **config["model"])
-    if splits.augment_on == "device":  # data.augment inside fit's training step
-        model = data.AugmentedModel(model, splits.augment)
 
-    # ## Training setup
     # Adadelta adapts each weight's step.
     optimizer = keras.optimizers.Adadelta(learning_rate=train["lr"])
-    # Class indices, or one-hot labels once MixUp or CutMix blend them.
-    loss = (keras.losses.CategoricalCrossentropy() if splits.one_hot
-            else keras.losses.SparseCategoricalCrossentropy())
+    loss = keras.losses.SparseCategoricalCrossentropy()  # labels are class indices
     # The execution mode is only a compile argument: op by op from Python
     # (eager), one tf.function per step (graph), or compiled by XLA (xla).
     mode = execution["mode"]
@@ -97,6 +94,7 @@ def build(config, initial_epoch=0):
     return SimpleNamespace(model=model, data=splits)
 
 
+# ## Training and evaluation
 def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
     """Trains the model `config` describes, writing into `run_dir`, and
     evaluates it on the test split.
@@ -112,17 +110,16 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
     experiment = build(config, initial_epoch)
     model, splits, run_dir = experiment.model, experiment.data, Path(run_dir)
 
-    # ## Training
     timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
     callbacks = [
-        *extra_callbacks,  # the harness's, when it runs this recipe: its checks come first
+        *extra_callbacks,  # the run directory's (recipes/runs.py), and the repository's
         timing,
         keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
         # Scalars for `tensorboard --logdir runs`, written through TensorFlow.
         *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if data.HAS_TENSORFLOW else []),
         keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
         # The whole training state after each epoch, and the one before: run
-        # again with the same run_dir, training goes on from the last epoch.
+        # again with the same run.dir, training goes on from the last epoch.
         keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
                                          delete_checkpoint=False),
     ]
@@ -130,20 +127,14 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
               epochs=config["train"]["epochs"], steps_per_epoch=splits.steps_per_epoch,
               callbacks=callbacks, verbose=verbose)
 
-    # ## Evaluation
     experiment.test = model.evaluate(splits.test, return_dict=True, verbose=0)
     experiment.timing = timing
     return experiment
 
 
-if __name__ == "__main__":  # python mnist_cnn.py key=value ...
-    for item in sys.argv[1:]:
-        key, equals, value = item.partition("=")
-        section, _, name = key.partition(".")
-        known = data.DEFAULTS if section == "data" else CONFIG.get(section, {})
-        if not equals or name not in known:  # a typo would otherwise be ignored
-            sys.exit(f"error: '{item}': expected key=value, with a key of CONFIG "
-                     "(e.g. train.epochs=1)")
-        CONFIG[section][name] = yaml.safe_load(value)
-    result = run(CONFIG, Path("runs", "mnist_cnn", time.strftime("%Y%m%d-%H%M%S")))
-    print("test:", result.test)
+# ## Run it
+# `python mnist_cnn.py key=value ...` in a shell; `%run mnist_cnn.py key=value ...`
+# in a notebook, or this cell as it is, with CONFIG's values. A wrong key or
+# value is one line; `run.dir=DIR` goes on with the run in DIR.
+if __name__ == "__main__":
+    experiment = runs.main("mnist_cnn", CONFIG, run)

@@ -5,39 +5,40 @@ example `examples/mnist_mlp.py` (keras-team/keras, Keras 2), which reports
 98.40% test accuracy after 20 epochs of RMSprop at batch 128; `CONFIG`
 follows it. Small enough that per-step overhead, not arithmetic, dominates:
 the recipe where graph execution shows its largest speed-up over eager.
-With no hidden layer it is a softmax regression, the model before it in a
-course: `mnist_softmax` and `fashion_mnist_softmax` run it so;
-`fashion_mnist_mlp` runs this MLP on Fashion-MNIST.
+With no hidden layer it is a softmax regression (`mnist_softmax`).
 
 Measured: 98.47% on 6,000 held-out MNIST training digits after 20 epochs, in
-1 min 29 s on a 2-core EPYC-oneDNN CPU (2026-11-23); the softmax regression
-91.65% after 2 epochs, in 10 s (docs/cpu-hour.md).
+1 min 29 s on a 2-core EPYC-oneDNN CPU (2026-11-23; docs/cpu-hour.md).
 
-    make recipe NAME=mnist_mlp
     make recipe NAME=mnist_mlp ARGS="execution.mode=eager train.epochs=2"
-    make recipe NAME=mnist_softmax
 
-Copy it out: this file, with models/mlp.py, recipes/data.py and
-callbacks/timing.py in those folders beside it, trains on its own:
+Copy it out with models/mlp.py, recipes/data.py, recipes/runs.py and
+callbacks/timing.py in those folders beside it (and recipes/folder.py for
+data.source=folder), and it trains on its own, checking each `key=value` as
+the repository does; `run.dir=DIR` resumes a run:
 
     python mnist_mlp.py data.source=synthetic train.epochs=1
 """
 
-import sys
-import time
+# ## Setup
+# Keras, and the repository's files this recipe takes along: the model's
+# builder, the data pipeline, the command line and run directory, and the
+# Timing callback.
 from pathlib import Path
 from types import SimpleNamespace
 
 import keras
-import yaml
 
 from callbacks.timing import Timing
 from models.mlp import mlp
-from recipes import data
+from recipes import data, runs
 
-# What this recipe trains with, each value with its reason; `key=value` on
-# the command line overrides any of them. The data section's other keys
-# (data.source: tfds, a folder or synthetic images) are recipes/data.py's.
+# ## Configuration
+# What this recipe trains with, each value with its reason. `key=value` on the
+# command line overrides any of them; in a notebook, edit them here. The data
+# section's other keys (`source`: tfds, folder or synthetic) are
+# recipes/data.py's `DEFAULTS`; `run.dir` (where the run writes) is
+# recipes/runs.py's.
 CONFIG = {
     "data": {
         "name": "mnist",
@@ -54,104 +55,76 @@ CONFIG = {
         "optimizer": "rmsprop",  # rmsprop, as the example; sgd for the softmax regressions
     },
     "execution": {
-        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: Keras' default
+        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: the backend's compiled step
         "precision": "float32",  # or mixed_bfloat16, mixed_float16
         "seed": 0,
         "steps_per_execution": 1,
     },
 }
-# Keys of CONFIG that take one of a few values.
-CONFIG_SCHEMA = {"train.optimizer": ["rmsprop", "sgd"]}
+CONFIG_SCHEMA = {"train.optimizer": ["rmsprop", "sgd"]}  # keys that take one of a few values
 
 
+# ## The data and the compiled model
+# `build` is what `run` trains, and what the repository's tools (compare,
+# graph, profile) time and draw. `initial_epoch` is where a resumed run
+# starts, so that its batches are the ones an uninterrupted run trains on.
 def build(config, initial_epoch=0):
-    """The compiled model and its data: what `run` trains, and what the
-    tools (compare, graph, preview) time, draw and show.
-
-    Args:
-        initial_epoch: where a resumed run starts, so that its batches are
-            the ones an uninterrupted run trains on.
-    """
     train, execution = config["train"], config["execution"]
     # Every random draw (weights, dropout, the shuffle) from one seed, and the
     # dtype policy, before anything is built.
     keras.utils.set_random_seed(execution["seed"])
     keras.mixed_precision.set_global_policy(execution["precision"])
 
-    # ## Data
     # uint8 images scaled to [0, 1] on whole batches; 10% of the training
     # split is held out for validation, the test split is only for the end.
     splits = data.load(config["data"], seed=execution["seed"],
                        steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch)
-
-    # ## Model
     model = mlp(splits.input_shape, splits.num_classes,
                 hidden_units=config["model"]["hidden_units"], dropout=config["model"]["dropout"])
-    if splits.augment_on == "device":  # data.augment inside fit's training step
-        model = data.AugmentedModel(model, splits.augment)
 
-    # ## Training setup
     optimizer = {"rmsprop": keras.optimizers.RMSprop, "sgd": keras.optimizers.SGD}[
         train["optimizer"]](learning_rate=train["lr"])
-    # Class indices, or one-hot labels once MixUp or CutMix blend them.
-    loss = (keras.losses.CategoricalCrossentropy() if splits.one_hot
-            else keras.losses.SparseCategoricalCrossentropy())
     # The execution mode is only a compile argument: op by op from Python
     # (eager), one tf.function per step (graph), or compiled by XLA (xla).
     mode = execution["mode"]
-    model.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"],
-                  run_eagerly=mode == "eager", jit_compile=mode == "xla",
+    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(),
+                  metrics=["accuracy"], run_eagerly=mode == "eager", jit_compile=mode == "xla",
                   steps_per_execution=execution["steps_per_execution"])
     return SimpleNamespace(model=model, data=splits)
 
 
+# ## Training and evaluation
+# `run` trains into `run_dir` and evaluates on the test split; it returns the
+# model, its data, the Timing callback and the test metrics.
+# `extra_callbacks` come first: the run directory's (recipes/runs.py) and the
+# repository's own.
 def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
-    """Trains the model `config` describes, writing into `run_dir`, and
-    evaluates it on the test split.
-
-    Args:
-        extra_callbacks: more callbacks for `fit` (the harness's).
-        initial_epoch: the epoch a resumed run starts at (`build`'s).
-        verbose: `fit`'s.
-
-    Returns:
-        The model, its data, the Timing callback and the `test` metrics.
-    """
     experiment = build(config, initial_epoch)
     model, splits, run_dir = experiment.model, experiment.data, Path(run_dir)
-
-    # ## Training
     timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
     callbacks = [
-        *extra_callbacks,  # the harness's, when it runs this recipe: its checks come first
+        *extra_callbacks,
         timing,
         keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
         # Scalars for `tensorboard --logdir runs`, written through TensorFlow.
         *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if data.HAS_TENSORFLOW else []),
         keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
         # The whole training state after each epoch, and the one before: run
-        # again with the same run_dir, training goes on from the last epoch.
+        # again with the same run.dir, training goes on from the last epoch.
         keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
                                          delete_checkpoint=False),
     ]
     model.fit(timing.instrument(splits.train), validation_data=splits.validation,
               epochs=config["train"]["epochs"], steps_per_epoch=splits.steps_per_epoch,
               callbacks=callbacks, verbose=verbose)
-
-    # ## Evaluation
     experiment.test = model.evaluate(splits.test, return_dict=True, verbose=0)
     experiment.timing = timing
     return experiment
 
 
-if __name__ == "__main__":  # python mnist_mlp.py key=value ...
-    for item in sys.argv[1:]:
-        key, equals, value = item.partition("=")
-        section, _, name = key.partition(".")
-        known = data.DEFAULTS if section == "data" else CONFIG.get(section, {})
-        if not equals or name not in known:  # a typo would otherwise be ignored
-            sys.exit(f"error: '{item}': expected key=value, with a key of CONFIG "
-                     "(e.g. train.epochs=1)")
-        CONFIG[section][name] = yaml.safe_load(value)
-    result = run(CONFIG, Path("runs", "mnist_mlp", time.strftime("%Y%m%d-%H%M%S")))
-    print("test:", result.test)
+# ## Run it
+# `python mnist_mlp.py key=value ...` in a shell; `%run mnist_mlp.py key=value
+# ...` in a notebook, or this cell as it is, with CONFIG's values. A wrong key
+# or value is one line; `run.dir=DIR` goes on with the run in DIR.
+if __name__ == "__main__":
+    experiment = runs.main("mnist_mlp", CONFIG, run, CONFIG_SCHEMA)

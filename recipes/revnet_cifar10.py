@@ -22,27 +22,31 @@ docs/revnet.md).
     make recipe NAME=revnet_cifar100 ARGS="model.variant=revnet110"
     make memory NAME=revnet_cifar10
 
-Copy it out: this file, with models/revnet.py, recipes/data.py and
-callbacks/timing.py in those folders beside it, trains on its own:
+Copy it out with models/revnet.py, recipes/data.py, recipes/augment.py,
+recipes/runs.py and callbacks/timing.py in those folders beside it (and
+recipes/folder.py for data.source=folder), and it trains on its own,
+checking each `key=value` as the repository does; `run.dir=DIR` resumes a
+run:
 
     python revnet_cifar10.py data.source=synthetic train.epochs=1 model.variant=revnet38
 """
 
-import sys
-import time
+# ## Setup
 from pathlib import Path
 from types import SimpleNamespace
 
 import keras
-import yaml
 
 from callbacks.timing import Timing
 from models.revnet import revnet, variant_spec
-from recipes import data
+from recipes import augment, data, runs
 
-# What this recipe trains with, each value with its reason; `key=value` on
-# the command line overrides any of them. The data section's other keys
-# (data.source: tfds, a folder or synthetic images) are recipes/data.py's.
+# ## Configuration
+# What this recipe trains with, each value with its reason. `key=value` on the
+# command line overrides any of them; in a notebook, edit them here. The data
+# section's other keys (`source`: tfds, folder or synthetic) are
+# recipes/data.py's `DEFAULTS`; `run.dir` (where the run writes) is
+# recipes/runs.py's.
 CONFIG = {
     "data": {
         "name": "cifar10",
@@ -64,7 +68,7 @@ CONFIG = {
         "momentum": 0.9,
     },
     "execution": {
-        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: Keras' default
+        "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: the backend's compiled step
         "precision": "float32",  # or mixed_bfloat16, mixed_float16
         "seed": 0,
         "steps_per_execution": 1,
@@ -81,6 +85,7 @@ CONFIG_SCHEMA = {
 }
 
 
+# ## The data and the compiled model
 def build(config, initial_epoch=0):
     """The compiled model and its data: what `run` trains, and what the
     tools (compare, graph, memory) time, draw and measure.
@@ -96,18 +101,18 @@ def build(config, initial_epoch=0):
         spec = variant_spec(model_config["variant"], init_filters=model_config["init_filters"],
                             units=model_config["units"], filters=model_config["filters"])
     except ValueError as error:
-        raise data.ConfigError(f"model: {error}") from None
+        raise runs.UserError(f"model: {error}") from None
     # Every random draw (weights, the shuffle, augmentation) from one seed,
     # and the dtype policy, before anything is built.
     keras.utils.set_random_seed(execution["seed"])
     keras.mixed_precision.set_global_policy(execution["precision"])
 
-    # ## Data
     # `data.augment` (pad-crop and flip) runs on training batches only.
+    augmentation = augment.from_config(config["data"], seed=execution["seed"])
     splits = data.load(config["data"], seed=execution["seed"],
-                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch)
+                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch,
+                       augmentation=augmentation)
 
-    # ## Model
     # Per-channel normalization with the training images' statistics, inside
     # the model: a saved model takes plain [0, 1] images. float32 under a
     # mixed policy too: `adapt` sums float32 images.
@@ -117,9 +122,8 @@ def build(config, initial_epoch=0):
                    weight_decay=model_config["weight_decay"],  # an L2 penalty in each kernel
                    backprop=model_config["backprop"], normalization=normalization)
     if splits.augment_on == "device":  # data.augment inside fit's training step
-        model = data.AugmentedModel(model, splits.augment)
+        model = augment.AugmentedModel(model, splits.augment)
 
-    # ## Training setup
     # The example's steps: lr/10 at half the run, lr/100 at three quarters.
     total, lr = train["epochs"] * splits.steps_per_epoch, train["lr"]
     schedule = keras.optimizers.schedules.PiecewiseConstantDecay(
@@ -137,6 +141,7 @@ def build(config, initial_epoch=0):
     return SimpleNamespace(model=model, data=splits)
 
 
+# ## Training and evaluation
 def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
     """Trains the model `config` describes, writing into `run_dir`, and
     evaluates it on the test split.
@@ -152,17 +157,16 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
     experiment = build(config, initial_epoch)
     model, splits, run_dir = experiment.model, experiment.data, Path(run_dir)
 
-    # ## Training
     timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
     callbacks = [
-        *extra_callbacks,  # the harness's, when it runs this recipe: its checks come first
+        *extra_callbacks,  # the run directory's (recipes/runs.py), and the repository's
         timing,
         keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
         # Scalars for `tensorboard --logdir runs`, written through TensorFlow.
         *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if data.HAS_TENSORFLOW else []),
         keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
         # The whole training state after each epoch, and the one before: run
-        # again with the same run_dir, training goes on from the last epoch.
+        # again with the same run.dir, training goes on from the last epoch.
         keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
                                          delete_checkpoint=False),
     ]
@@ -170,20 +174,14 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
               epochs=config["train"]["epochs"], steps_per_epoch=splits.steps_per_epoch,
               callbacks=callbacks, verbose=verbose)
 
-    # ## Evaluation
     experiment.test = model.evaluate(splits.test, return_dict=True, verbose=0)
     experiment.timing = timing
     return experiment
 
 
-if __name__ == "__main__":  # python revnet_cifar10.py key=value ...
-    for item in sys.argv[1:]:
-        key, equals, value = item.partition("=")
-        section, _, name = key.partition(".")
-        known = data.DEFAULTS if section == "data" else CONFIG.get(section, {})
-        if not equals or name not in known:  # a typo would otherwise be ignored
-            sys.exit(f"error: '{item}': expected key=value, with a key of CONFIG "
-                     "(e.g. train.epochs=1)")
-        CONFIG[section][name] = yaml.safe_load(value)
-    result = run(CONFIG, Path("runs", "revnet_cifar10", time.strftime("%Y%m%d-%H%M%S")))
-    print("test:", result.test)
+# ## Run it
+# `python revnet_cifar10.py key=value ...` in a shell; `%run revnet_cifar10.py key=value ...`
+# in a notebook, or this cell as it is, with CONFIG's values. A wrong key or
+# value is one line; `run.dir=DIR` goes on with the run in DIR.
+if __name__ == "__main__":
+    experiment = runs.main("revnet_cifar10", CONFIG, run, CONFIG_SCHEMA)

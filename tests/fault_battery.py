@@ -93,6 +93,14 @@ class Case:
         in_temp_dir: runs with TMP as its working directory (and the
             repository on PYTHONPATH): for a run without run.dir, which
             would otherwise look in, or write, the repository's runs/.
+        copied: a recipe module copied with its files into TMP/copy
+            (`python -m recipes copy`), run there as `python NAME.py ARGS`
+            without the repository on PYTHONPATH; its runs write no
+            metrics.json (the repository's), and print the test metrics.
+        stdout_closed: standard output closed before it starts (`>&-`).
+        concurrent: two processes of the command started at once; each must
+            do what the case expects, in a run directory of its own.
+        run_dir: where the run writes, below TMP.
     """
 
     name: str
@@ -102,11 +110,26 @@ class Case:
     interrupt: tuple | None = None
     close_stdout: bool = False
     in_temp_dir: bool = False
+    copied: str | None = None
+    stdout_closed: bool = False
+    concurrent: bool = False
+    run_dir: str = "run"
 
 
 def run(*items, recipe="mnist_mlp"):
     """`run RECIPE` on tiny settings in RUN, then `items`, which win."""
     return ["run", recipe, *TINY, *TINY_MODEL.get(recipe, []), "run.dir=RUN", *items]
+
+
+# A copied recipe's command line has no execution.onednn nor run.resume: the
+# repository's keys (its own CONFIG's it has).
+COPY_TINY = [item for item in TINY if not item.startswith("execution.onednn")]
+
+
+def copy(*items, recipe="mnist_mlp", run_dir="RUN"):
+    """A copied `recipe`'s arguments on tiny settings in `run_dir`, then `items`."""
+    return [*COPY_TINY, *TINY_MODEL.get(recipe, []),
+            *([f"run.dir={run_dir}"] if run_dir else []), *items]
 
 
 class SetupFailed(Exception):
@@ -120,6 +143,18 @@ def finished_run(*overrides, recipe="mnist_mlp"):
                           *expand(run("train.epochs=2", *overrides, recipe=recipe), tmp)], ROOT)
         if result.returncode != 0:
             raise SetupFailed(f"its first training exited {result.returncode}: "
+                              f"{last_line(result.stderr)}")
+    return setup
+
+
+def copied_run(recipe):
+    """A setup: a run of 2 epochs in RUN, trained by the copied recipe in TMP/copy."""
+    def setup(tmp):
+        result = execute([sys.executable, f"{recipe}.py",
+                          *expand(copy("train.epochs=2", recipe=recipe), tmp)], tmp / "copy",
+                         copied=True)
+        if result.returncode != 0:
+            raise SetupFailed(f"the copy's first training exited {result.returncode}: "
                               f"{last_line(result.stderr)}")
     return setup
 
@@ -203,6 +238,30 @@ def edit(path, change):
 
 def mkdir(path):
     return lambda tmp: (tmp / path).mkdir(parents=True)
+
+
+def rename(path, name):
+    """Renames the file to `name`, bytes: a name that need not be UTF-8."""
+    return lambda tmp: os.rename(tmp / path, os.fsencode((tmp / path).parent) + b"/" + name)
+
+
+def symlink(path, target):
+    return lambda tmp: (tmp / path).symlink_to(target)
+
+
+def move(path, to):
+    def damage(tmp):
+        (tmp / to).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / path).rename(tmp / to)
+    return damage
+
+
+def epoch_time(text, value):
+    """history.csv with the first row's time_epoch_s set to `value`."""
+    rows = list(csv.DictReader(text.splitlines(keepends=True)))
+    rows[0]["time_epoch_s"] = value
+    lines = [",".join(rows[0])] + [",".join(row.values()) for row in rows]
+    return "\n".join(lines) + "\n"
 
 
 def metadata_epoch(value):
@@ -523,6 +582,93 @@ CASES = [
     Case("run without a recipe", ["run"], REFUSED),
     Case("an unknown command", ["train", "mnist_mlp"], REFUSED),
     Case("show with a value out of range", ["show", "mnist_mlp", "train.epochs=0"], REFUSED),
+    # -- the second round: odd files the tools and folders read
+    Case("stdout closed from the start (>&-)", run("train.epochs=2"), TRAINS,
+         stdout_closed=True),
+    Case("SIGTERM after an epoch, then the same command", run(*LONG), STOPS,
+         interrupt=(signal.SIGTERM, "backup/training_metadata.json")),
+    Case("folder: an image whose name is not UTF-8", run(*FOLDER), TRAINS,
+         after(image_folder(), rename("images/train/dog/0.png", b"caf\xe9.png"))),
+    Case("folder: a symlink loop named .png", run(*FOLDER), REFUSED,
+         after(image_folder(), symlink("images/train/dog/loop.png", "loop.png"))),
+    Case("folder: a folder named x.png", run(*FOLDER), REFUSED,
+         after(image_folder(), mkdir("images/train/dog/x.png"))),
+    Case("curves on a history.csv of random bytes", ["curves", "TMP/run"], REFUSED,
+         after(finished_run(), garble("run/history.csv"))),
+    Case("curves on a time_epoch_s of NA", ["curves", "TMP/run"], REFUSED,
+         after(finished_run(), edit("run/history.csv", lambda t: epoch_time(t, "NA")))),
+    Case("curves on an empty time_epoch_s", ["curves", "TMP/run"], REFUSED,
+         after(finished_run(), edit("run/history.csv", lambda t: epoch_time(t, "")))),
+    Case("curves on a config.yaml of random bytes", ["curves", "TMP/run"], REFUSED,
+         after(finished_run(), garble("run/config.yaml"))),
+    Case("curves --out below a file", ["curves", "TMP/run", "--out", "TMP/file/plot.png"],
+         REFUSED, after(finished_run(), write("file", "x"))),
+    Case("finished run extended, its history.csv random bytes", run(RESUME), REFUSED,
+         after(finished_run(), garble("run/history.csv"))),
+    Case("run.resume=true: the newest unfinished run of these settings",
+         ["run", "mnist_mlp", *TINY, RESUME, "run.resume=true"], TRAINS,
+         after(stopped_run(), move("run", "runs/mnist_mlp/20260101-000000"),
+               stopped_run("data.batch_size=8"), move("run", "runs/mnist_mlp/20260102-000000")),
+         in_temp_dir=True, run_dir="runs/mnist_mlp/20260101-000000"),
+    Case("run.resume=true: no unfinished run of these settings",
+         ["run", "mnist_mlp", *TINY, RESUME, "run.resume=true"], REFUSED,
+         after(stopped_run("data.batch_size=8"), move("run", "runs/mnist_mlp/20260102-000000")),
+         in_temp_dir=True),
+    # -- a recipe copied out of the repository, run as `python NAME.py`
+    Case("copied: tiny settings", copy(), TRAINS, copied="mnist_mlp"),
+    Case("copied: train.epochs=-1", copy("train.epochs=-1"), REFUSED, copied="mnist_mlp"),
+    Case("copied cifar10_cnn: train.epochs=-1", copy("train.epochs=-1", recipe="cifar10_cnn"),
+         REFUSED, copied="cifar10_cnn"),
+    Case("copied: execution.mode=bogus", copy("execution.mode=bogus"), REFUSED,
+         copied="mnist_mlp"),
+    Case("copied cifar10_cnn: execution.mode=bogus",
+         copy("execution.mode=bogus", recipe="cifar10_cnn"), REFUSED, copied="cifar10_cnn"),
+    Case("copied densenet_cifar10_cpu: execution.mode=bogus",
+         copy("execution.mode=bogus", recipe="densenet_cifar10_cpu"), REFUSED,
+         copied="densenet_cifar10_cpu"),
+    Case("copied densenet_cifar10_cpu: train.optimizer=adam",
+         copy("train.optimizer=adam", recipe="densenet_cifar10_cpu"), REFUSED,
+         copied="densenet_cifar10_cpu"),
+    Case("copied: two started at once, no run.dir", copy(run_dir=None), TRAINS,
+         copied="mnist_mlp", concurrent=True),
+    Case("copied: train.optimizer=adam", copy("train.optimizer=adam"), REFUSED,
+         copied="mnist_mlp"),
+    Case("copied: train.epochs=abc", copy("train.epochs=abc"), REFUSED, copied="mnist_mlp"),
+    Case("copied: data.batch_size=0", copy("data.batch_size=0"), REFUSED, copied="mnist_mlp"),
+    Case("copied: model.dropout=1.5", copy("model.dropout=1.5"), REFUSED, copied="mnist_mlp"),
+    Case("copied cifar10_cnn: model.conv_dropout=1.5",
+         copy("model.conv_dropout=1.5", recipe="cifar10_cnn"), REFUSED, copied="cifar10_cnn"),
+    Case("copied: execution.precision=bogus", copy("execution.precision=bogus"), REFUSED,
+         copied="mnist_mlp"),
+    Case("copied: execution.seed=-1", copy("execution.seed=-1"), REFUSED, copied="mnist_mlp"),
+    Case("copied: data.validation_split=1.0", copy("data.validation_split=1.0"), REFUSED,
+         copied="mnist_mlp"),
+    Case("copied cifar10_cnn: data.augment=[bogus]",
+         copy("data.augment=[bogus]", recipe="cifar10_cnn"), REFUSED, copied="cifar10_cnn"),
+    Case("copied: data.path missing", copy("data.source=folder", "data.path=TMP/nowhere"),
+         REFUSED, copied="mnist_mlp"),
+    Case("copied: a folder of PNGs cut in half", copy(*FOLDER), REFUSED,
+         after(image_folder(), truncate("images/train/dog/0.png"),
+               truncate("images/train/cat/1.png")), copied="mnist_mlp"),
+    Case("copied: the default tfds source, no network",
+         [item for item in copy() if not item.startswith("data.source")], REFUSED,
+         copied="mnist_mlp"),
+    Case("copied: stdout closed after its first line (| head -1)",
+         copy("train.epochs=3", "run.verbose=2"), TRAINS, copied="mnist_mlp",
+         close_stdout=True),
+    Case("copied: Ctrl-C after an epoch, then the same command", copy(*LONG), STOPS,
+         copied="mnist_mlp", interrupt=(signal.SIGINT, "backup/training_metadata.json")),
+    Case("copied: SIGTERM after an epoch, then the same command", copy(*LONG), STOPS,
+         copied="mnist_mlp", interrupt=(signal.SIGTERM, "backup/training_metadata.json")),
+    Case("copied: kill -9 after an epoch, then the same command", copy(*LONG), STOPS,
+         copied="mnist_mlp", interrupt=(signal.SIGKILL, "backup/training_metadata.json")),
+    Case("copied densenet_cifar10_cpu: model.test_time_views=5",
+         copy("model.test_time_views=5", recipe="densenet_cifar10_cpu"), REFUSED,
+         copied="densenet_cifar10_cpu"),
+    Case("copied: run.dir of a run with other settings", copy("data.batch_size=8"), REFUSED,
+         copied="mnist_mlp", setup=copied_run("mnist_mlp")),
+    Case("copied: run.dir of a finished run, extended", copy(RESUME), TRAINS,
+         copied="mnist_mlp", setup=copied_run("mnist_mlp")),
 ]
 
 
@@ -540,23 +686,44 @@ def expand(args, tmp):
     return [arg.replace("RUN", str(tmp / "run")).replace("TMP", str(tmp)) for arg in args]
 
 
-def environment():
-    """This process's environment, with the repository importable from anywhere."""
+def environment(copied=False):
+    """This process's environment, with the repository importable from anywhere;
+    for a copied recipe, without it."""
+    if copied:
+        return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     return {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
-def execute(command, cwd):
-    result = subprocess.run(command, cwd=cwd, env=environment(), capture_output=True, text=True,
-                            timeout=TIMEOUT_S)
-    return Outcome(result.returncode, result.stdout, result.stderr)
+def execute(command, cwd, copied=False, stdout_closed=False):
+    result = subprocess.run(command, cwd=cwd, env=environment(copied), capture_output=not
+                            stdout_closed, stderr=subprocess.PIPE if stdout_closed else None,
+                            text=True, timeout=TIMEOUT_S,
+                            preexec_fn=(lambda: os.close(1)) if stdout_closed else None)
+    return Outcome(result.returncode, result.stdout or "", result.stderr)
 
 
-def interrupted(command, cwd, run_dir, sig, ready):
+def concurrently(command, cwd, copied):
+    """Two processes of `command`, started together; both their outcomes."""
+    with tempfile.TemporaryFile("w+") as out1, tempfile.TemporaryFile("w+") as err1, \
+            tempfile.TemporaryFile("w+") as out2, tempfile.TemporaryFile("w+") as err2:
+        pairs = [(out1, err1), (out2, err2)]
+        processes = [subprocess.Popen(command, cwd=cwd, env=environment(copied), stdout=out,
+                                      stderr=err, text=True) for out, err in pairs]
+        outcomes = []
+        for process, (out, err) in zip(processes, pairs):
+            process.wait(timeout=TIMEOUT_S)
+            out.seek(0)
+            err.seek(0)
+            outcomes.append(Outcome(process.returncode, out.read(), err.read()))
+        return outcomes
+
+
+def interrupted(command, cwd, run_dir, sig, ready, copied=False):
     """Starts `command`, sends `sig` once `run_dir/ready` exists, and waits.
     Its output goes to files: a pipe nobody reads could block it."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        process = subprocess.Popen(command, cwd=cwd, env=environment(), stdout=out,
+        process = subprocess.Popen(command, cwd=cwd, env=environment(copied), stdout=out,
                                    stderr=err, text=True)
         deadline = time.monotonic() + TIMEOUT_S
         while not (run_dir / ready).exists() and process.poll() is None:
@@ -572,11 +739,11 @@ def interrupted(command, cwd, run_dir, sig, ready):
         return Outcome(process.returncode, out.read(), err.read())
 
 
-def with_stdout_closed(command, cwd):
+def with_stdout_closed(command, cwd, copied=False):
     """Runs `command`, its stdout's reader gone after the first line."""
     with tempfile.TemporaryFile("w+") as err:
-        process = subprocess.Popen(command, cwd=cwd, env=environment(), stdout=subprocess.PIPE,
-                                   stderr=err, text=True)
+        process = subprocess.Popen(command, cwd=cwd, env=environment(copied),
+                                   stdout=subprocess.PIPE, stderr=err, text=True)
         process.stdout.readline()
         process.stdout.close()
         process.wait(timeout=TIMEOUT_S)
@@ -586,20 +753,36 @@ def with_stdout_closed(command, cwd):
 
 def run_case(case, tmp):
     """(class, note) of `case`, run in the fresh directory `tmp`."""
+    copied = case.copied is not None
     try:
+        if copied:
+            execute([sys.executable, "-m", "recipes", "copy", case.copied, str(tmp / "copy")],
+                    ROOT)
         background = case.setup(tmp) if case.setup else None
     except (SetupFailed, subprocess.TimeoutExpired) as error:
         return OTHER, f"setup failed: {error}"
-    command = [sys.executable, "-m", "recipes", *expand(case.args, tmp)]
-    cwd, run_dir = tmp if case.in_temp_dir else ROOT, tmp / "run"
+    command = ([sys.executable, f"{case.copied}.py"] if copied
+               else [sys.executable, "-m", "recipes"]) + expand(case.args, tmp)
+    cwd = tmp / "copy" if copied else tmp if case.in_temp_dir else ROOT
+    run_dir = tmp / case.run_dir
     try:
         if case.interrupt:
-            first = interrupted(command, cwd, run_dir, *case.interrupt)
-            klass, note = classify(case, execute(command, cwd), run_dir, first)
+            first = interrupted(command, cwd, run_dir, *case.interrupt, copied=copied)
+            klass, note = classify(case, execute(command, cwd, copied), run_dir, first)
         elif case.close_stdout:
-            klass, note = classify(case, with_stdout_closed(command, cwd), run_dir)
+            klass, note = classify(case, with_stdout_closed(command, cwd, copied), run_dir)
+        elif case.concurrent:
+            outcomes = concurrently(command, cwd, copied)
+            found = sorted((cwd / "runs" / case.copied).iterdir()) if copied else []
+            if len(found) != 2:
+                klass, note = SILENT_WRONG, f"two processes, {len(found)} run director(ies)"
+            else:
+                klass, note = max((classify(case, outcome, directory)
+                                   for outcome, directory in zip(outcomes, found)),
+                                  key=lambda pair: pair[0] != OK)
         else:
-            klass, note = classify(case, execute(command, cwd), run_dir)
+            outcome = execute(command, cwd, copied, stdout_closed=case.stdout_closed)
+            klass, note = classify(case, outcome, run_dir)
     except subprocess.TimeoutExpired:
         klass, note = OTHER, f"still running after {TIMEOUT_S} s"
     finally:
@@ -630,7 +813,8 @@ def classify(case, outcome, run_dir, first=None):
             return OK, last_line(outcome.stderr)
         return OTHER, f"exit {outcome.returncode}, stderr ends: {last_line(outcome.stderr)}"
     if first is not None:
-        wanted = 130 if case.interrupt[0] == signal.SIGINT else -case.interrupt[0]
+        wanted = {signal.SIGINT: 130, signal.SIGTERM: 143}.get(case.interrupt[0],
+                                                               -case.interrupt[0])
         if first.returncode != wanted:
             return OTHER, (f"the interrupted process exited {first.returncode}, not {wanted}: "
                            f"{last_line(first.stderr)}")
@@ -638,26 +822,32 @@ def classify(case, outcome, run_dir, first=None):
         return OTHER, f"exit {outcome.returncode}: {last_line(outcome.stderr)}"
     epochs = int(next(arg for arg in reversed(case.args)
                       if arg.startswith("train.epochs=")).partition("=")[2])
-    problem = untruth(run_dir, epochs)
+    problem = untruth(run_dir, epochs, copied=case.copied is not None)
+    if not problem and case.copied and "test: {" not in outcome.stdout and not case.close_stdout:
+        problem = "exit 0 without the test metrics printed"
     if problem:
         return SILENT_WRONG, problem
     resumed = f" (first exit {first.returncode})" if first else ""
     return OK, f"{epochs} epoch(s), each once in history.csv{resumed}"
 
 
-def untruth(run_dir, epochs):
-    """What in `run_dir`'s files contradicts a run of `epochs` epochs, or None."""
+def untruth(run_dir, epochs, copied=False):
+    """What in `run_dir`'s files contradicts a run of `epochs` epochs, or None;
+    a copied recipe's run has no metrics.json (the repository's) to check."""
+    try:
+        with (run_dir / "history.csv").open(newline="") as file:
+            recorded = [int(float(row["epoch"])) for row in csv.DictReader(file)]
+    except (OSError, KeyError, TypeError, ValueError) as error:
+        return f"history.csv cannot be read ({type(error).__name__}: {error})"
+    if copied:
+        return (None if recorded == list(range(epochs))
+                else f"history.csv holds epochs {recorded}, not 0..{epochs - 1} once each")
     try:
         metrics = json.loads((run_dir / "metrics.json").read_text())
     except OSError:
         return "exit 0 without metrics.json"
     except ValueError:
         return "metrics.json does not parse"
-    try:
-        with (run_dir / "history.csv").open(newline="") as file:
-            recorded = [int(float(row["epoch"])) for row in csv.DictReader(file)]
-    except (OSError, KeyError, TypeError, ValueError) as error:
-        return f"history.csv cannot be read ({type(error).__name__}: {error})"
     if metrics.get("epochs_completed") != epochs:
         return f"metrics.json says {metrics.get('epochs_completed')} epochs, {epochs} were asked"
     if recorded != list(range(epochs)):
@@ -670,9 +860,11 @@ def untruth(run_dir, epochs):
 
 # ---------------------------------------------------------------- report
 
-def shown(args):
+def shown(case):
     """The command as a user types it, the temporary paths as RUN and TMP."""
-    return "python -m recipes " + shlex.join(args)
+    if case.copied:
+        return f"python {case.copied}.py " + shlex.join(case.args)
+    return "python -m recipes " + shlex.join(case.args)
 
 
 def cell(text):
@@ -683,8 +875,9 @@ def table(rows):
     lines = ["| # | what was done | command | expected | actual | note |",
              "|---|---|---|---|---|---|"]
     for number, case, klass, note in rows:
-        where = " (in TMP)" if case.in_temp_dir else ""
-        lines.append(f"| {number} | {cell(case.name)} | `{cell(shown(case.args))}`{where} | "
+        where = (" (in TMP/copy)" if case.copied else " (in TMP)" if case.in_temp_dir
+                 else "")
+        lines.append(f"| {number} | {cell(case.name)} | `{cell(shown(case))}`{where} | "
                      f"{case.expect} | {klass} | {cell(note[:300])} |")
     totals = collections.Counter(klass for _, _, klass, _ in rows)
     lines += ["", "| class | cases |", "|---|---|"]

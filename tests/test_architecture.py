@@ -12,9 +12,10 @@ import pytest
 import tensorflow as tf
 
 import recipes
+from recipes.runs import UserError
 from conftest import ROOT
-from recipes import _config
-from recipes.data import AugmentedModel
+from recipes import _config, runs
+from recipes.augment import AugmentedModel
 
 OURS = ("recipes", "models", "callbacks", "tests")
 SOURCES = sorted(p for folder in OURS for p in (ROOT / folder).rglob("*.py"))
@@ -154,15 +155,24 @@ def tiny_network():
                              keras.layers.Dense(10, activation="softmax")])
 
 
-@pytest.mark.parametrize("module", recipes.MODULES)
-def test_every_recipe_wraps_its_model_when_augmentation_runs_on_the_device(module, tiny_config):
-    from conftest import TINY_MODEL
+AUGMENTING = [module for module in recipes.MODULES
+              if "augment" in runs.module_literal(ROOT / "recipes" / f"{module}.py", "CONFIG")["data"]]
 
+
+@pytest.mark.parametrize("module", AUGMENTING)
+def test_every_recipe_wraps_its_model_when_augmentation_runs_on_the_device(module, tiny_config):
     config = tiny_config(module, "data.augment=[flip]", "data.augment_on=device",
                          "data.name=cifar10")
     experiment = recipes.load(module).build(config)
     assert isinstance(experiment.model, AugmentedModel)
     assert experiment.model.augment is experiment.data.augment
+
+
+@pytest.mark.parametrize("module", sorted(set(recipes.MODULES) - set(AUGMENTING)))
+def test_a_recipe_that_does_not_augment_refuses_augmentation_as_an_unknown_key(module):
+    """Its model is never wrapped for the step: data.augment would be ignored."""
+    with pytest.raises(UserError, match="Unknown config key 'data.augment'"):
+        _config.resolve(module, overrides=["data.augment=[flip]"], announce=lambda line: None)
 
 
 @pytest.mark.filterwarnings("error:`compile\\(\\)` was not called")
@@ -209,10 +219,13 @@ def test_no_module_of_ours_imports_itself_through_others():
                for folder in ("recipes", "models", "callbacks") for path in (ROOT / folder).rglob("*.py")}
     graph = {name: {other for other in imports_of(path) if other in modules and other != name}
              for name, path in modules.items()}
-    # A package's __init__ runs before any of its modules: importing one imports it too.
+    # A package's __init__ runs before any of its modules: importing one imports
+    # it too. A module that imports nothing of ours (recipes.runs, which
+    # recipes/__init__ imports) never reads a half-run __init__, so its own
+    # import of the package closes no cycle.
     for name in modules:
         parent = name.rpartition(".")[0]
-        if parent in modules:
+        if parent in modules and graph[name]:
             graph[name].add(parent)
 
     def cycle_from(start):
@@ -228,4 +241,8 @@ def test_no_module_of_ours_imports_itself_through_others():
         return None
 
     assert [cycle for cycle in map(cycle_from, graph) if cycle] == []
-    assert graph["recipes.harness"] > {"recipes"} and graph["recipes.data"] == {"recipes"}
+    assert graph["recipes.harness"] > {"recipes"} and graph["recipes.runs"] == set()
+    # What a copied recipe takes along imports only what it takes along.
+    assert graph["recipes.data"] == {"recipes", "recipes.runs", "recipes.folder"}
+    assert graph["recipes.folder"] == {"recipes", "recipes.runs"}
+    assert graph["recipes.augment"] == {"recipes", "recipes.runs", "recipes.data"}

@@ -15,14 +15,15 @@ import tensorflow as tf
 import recipes
 from callbacks.timing import execution_mode
 from conftest import ROOT, TINY
-from recipes.data import AugmentedModel
+from recipes.augment import AugmentedModel
 from recipes import UserError, _config, harness
 from recipes import data as rdata
+from recipes import augment as raugment
 from recipes.data import ArrayBatches
 from recipes.tools import augment_bench as _augment_bench
 from recipes.tools import preview as _preview
 
-ENGINES = list(rdata.ENGINES)
+ENGINES = list(raugment.ENGINES)
 
 
 def batch(n=16, classes=10, seed=0):
@@ -33,10 +34,10 @@ def batch(n=16, classes=10, seed=0):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("entry", list(rdata.OPERATIONS) + [{"randaugment": {"magnitude": 0.3}}])
+@pytest.mark.parametrize("entry", list(raugment.OPERATIONS) + [{"randaugment": {"magnitude": 0.3}}])
 def test_each_operation_keeps_shapes_dtypes_and_range(entry, engine):
     images, labels = batch()
-    out_images, out_labels = rdata.augmentation([entry], one_hot=True, engine=engine)(images, labels)
+    out_images, out_labels = raugment.augmentation([entry], engine=engine)(images, labels)
     assert out_images.shape == images.shape and out_images.dtype == tf.float32
     assert out_labels.shape == labels.shape and out_labels.dtype == tf.float32
     assert 0.0 <= float(tf.reduce_min(out_images)) and float(tf.reduce_max(out_images)) <= 1.0
@@ -47,11 +48,11 @@ def test_shift_fills_from_the_nearest_edge_and_moves_images():
     """Keras 2's ImageDataGenerator default: shifted-in pixels repeat the
     edge, so a constant image stays constant (zero padding would darken it),
     while a varied one moves."""
-    shift = rdata.augmentation(["shift"], one_hot=True, seed=3)
+    shift = raugment.augmentation(["shift"], seed=3)
     constant = tf.fill([16, 32, 32, 3], 0.7)
     shifted, _ = shift(constant, batch()[1])
     np.testing.assert_allclose(shifted, 0.7, atol=1e-5)
-    zero_filled, _ = rdata.augmentation([{"shift": {"fill_mode": "constant"}}], one_hot=True,
+    zero_filled, _ = raugment.augmentation([{"shift": {"fill_mode": "constant"}}],
                                        seed=3)(constant, batch()[1])
     assert float(tf.reduce_min(zero_filled)) < 0.7 - 0.1
     images, labels = batch()
@@ -61,7 +62,7 @@ def test_shift_fills_from_the_nearest_edge_and_moves_images():
 
 def test_pad_crop_shifts_each_image_by_whole_pixels():
     images, labels = batch(n=32)
-    cropped, _ = rdata.augmentation(["pad_crop"], one_hot=True, seed=1)(images, labels)
+    cropped, _ = raugment.augmentation(["pad_crop"], seed=1)(images, labels)
     padded = np.pad(images.numpy(), [(0, 0), (4, 4), (4, 4), (0, 0)])
     shifts = []
     for index in range(32):
@@ -73,10 +74,10 @@ def test_pad_crop_shifts_each_image_by_whole_pixels():
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("name", sorted(rdata.NEEDS_ONE_HOT))
+@pytest.mark.parametrize("name", sorted(raugment.NEEDS_ONE_HOT))
 def test_mixing_gives_soft_labels_that_sum_to_one(name, engine):
     images, labels = batch(n=64)
-    _, mixed = rdata.augmentation([name], one_hot=True, seed=3, engine=engine)(images, labels)
+    _, mixed = raugment.augmentation([name], seed=3, engine=engine)(images, labels)
     np.testing.assert_allclose(tf.reduce_sum(mixed, axis=-1), 1.0, rtol=1e-5)
     assert np.any((mixed.numpy() > 0) & (mixed.numpy() < 1))  # some labels are blends
 
@@ -85,7 +86,7 @@ def test_soft_labels_train_with_the_densenet_loss_and_accuracy():
     """The DenseNet recipes' compile: cross-entropy against the whole soft
     label, accuracy against its largest class."""
     images, labels = batch(n=64)
-    _, soft = rdata.augmentation(["mixup"], one_hot=True, seed=3)(images, labels)
+    _, soft = raugment.augmentation(["mixup"], seed=3)(images, labels)
     model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),
                               keras.layers.Dense(10, activation="softmax")])
     model.compile("sgd", keras.losses.CategoricalCrossentropy(), metrics=["accuracy"])
@@ -97,20 +98,15 @@ def test_soft_labels_train_with_the_densenet_loss_and_accuracy():
     assert result["accuracy"] == pytest.approx(expected_accuracy)
 
 
-@pytest.mark.parametrize("entries, one_hot, message", [
-    (["flip", "rotate"], True, "Unknown augmentation 'rotate' in data.augment; known: flip, "
-                               "pad_crop, shift, randaugment, random_erasing, color_jitter, mixup, cutmix"),
-    ([{"pad_crop": {"pad": 4}}], True, "bad parameters for 'pad_crop'.*it takes padding"),
-    ([{"flip": 3}], True, "cannot read {'flip': 3}"),
+@pytest.mark.parametrize("entries, message", [
+    (["flip", "rotate"], "Unknown augmentation 'rotate' in data.augment; known: flip, "
+                         "pad_crop, shift, randaugment, random_erasing, color_jitter, mixup, cutmix"),
+    ([{"pad_crop": {"pad": 4}}], "bad parameters for 'pad_crop'.*it takes padding"),
+    ([{"flip": 3}], "cannot read {'flip': 3}"),
 ])
-def test_bad_entries_are_user_errors(entries, one_hot, message):
-    with pytest.raises(rdata.ConfigError, match=message):
-        rdata.augmentation(entries, one_hot=one_hot)
-
-
-def test_mixing_on_integer_labels_is_a_programming_error():
-    with pytest.raises(ValueError, match="'mixup' mixes labels: it needs one-hot labels"):
-        rdata.augmentation(["mixup"], one_hot=False)
+def test_bad_entries_are_user_errors(entries, message):
+    with pytest.raises(UserError, match=message):
+        raugment.augmentation(entries)
 
 
 @pytest.mark.slow
@@ -132,7 +128,8 @@ def load(augment, augment_on="host"):
     config = _config.resolve("densenet_cifar10", overrides=[
         "data.source=synthetic", "data.synthetic_examples=64", "data.batch_size=16",
         f"data.augment={augment}", f"data.augment_on={augment_on}"], announce=lambda line: None)
-    return rdata.load(config["data"], seed=0, one_hot=True)
+    return rdata.load(config["data"], seed=0, one_hot=True,
+                      augmentation=raugment.from_config(config["data"], seed=0))
 
 
 def test_on_the_host_only_training_batches_are_augmented():
@@ -147,6 +144,7 @@ def test_on_the_host_only_training_batches_are_augmented():
     assert not np.array_equal(x, ax) and not np.array_equal(y, ay)
 
 
+@pytest.mark.slow
 def test_on_the_device_the_pipeline_is_untouched_and_only_fit_steps_augment():
     plain, on_device = load("[]"), load("[pad_crop,flip,cutmix]", augment_on="device")
     assert on_device.augment_on == "device"
@@ -184,6 +182,7 @@ def test_under_xla_the_run_records_the_real_placement_and_mode(augment_on, tiny_
     assert metrics["mode_used"] == "xla"
 
 
+@pytest.mark.slow
 def test_on_the_device_under_xla_the_step_is_compiled_and_augmentation_is_not():
     """The graph fit runs holds a jit-compiled call; keras-cv's ops sit outside it."""
     data = load("[flip,randaugment]", augment_on="device")
@@ -355,7 +354,7 @@ def test_augment_benchmark_writes_both_tables(tmp_path, monkeypatch):
             "data.synthetic_examples=128", "model.filters=[4]", "model.dense_units=8"])
 
     assert [(row["engine"], row["operation"]) for row in operations] == [
-        (engine, op) for engine in ENGINES for op in [*rdata.OPERATIONS, "pipeline"]]
+        (engine, op) for engine in ENGINES for op in [*raugment.OPERATIONS, "pipeline"]]
     assert all((row["host_images_per_s"], row["device_images_per_s"]) == (2 * 32, 2 * 32)
                for row in operations)
     assert [row["augment_on"] for row in training] == ["host", "device"]
@@ -393,17 +392,19 @@ def test_alternating_flip_shows_each_image_both_ways_in_two_passes():
     config = _config.resolve("cifar10_cnn", overrides=[
         "data.source=synthetic", "data.synthetic_examples=16", "data.batch_size=4",
         "data.shuffle_buffer=1", "data.augment=[alternating_flip]"], announce=lambda line: None)
-    data = rdata.load(config["data"], seed=3)
+    augmentation = raugment.from_config(config["data"], seed=3)
+    data = rdata.load(config["data"], seed=3, augmentation=augmentation)
     source = rdata._synthetic_splits({**rdata.DEFAULTS, **config["data"]}, (32, 32, 3), 10,
                                      seed=3)[0][0]
-    assert data.augment is None  # no batch operation left
+    assert data.augment_on is None  # no batch operation left
     stream = [images for images, _ in data.train.take(12)]
     seen = _mirrored_in(stream, source)
-    first = rdata.alternating_flips(16, seed=3)
+    first = augmentation.mirrored(16, seed=3)
     assert 0 < first.sum() < 16
     assert seen == [(i, bool(first[i])) for i in range(16)] + \
         [(i, not first[i]) for i in range(16)] + [(i, bool(first[i])) for i in range(16)]
-    resumed = rdata.load(config["data"], seed=3, steps_per_epoch=5, initial_epoch=1).train
+    resumed = rdata.load(config["data"], seed=3, steps_per_epoch=5, initial_epoch=1,
+                         augmentation=augmentation).train
     resumed = [images for images, _ in resumed.take(7)]
     for images, expected in zip(resumed, stream[5:]):
         np.testing.assert_array_equal(images, expected)
@@ -414,7 +415,7 @@ def test_alternating_flip_without_tensorflow_batches_alternates_too():
     and each image is mirrored in exactly one of two consecutive passes."""
     rng = np.random.default_rng(0)
     source = rng.integers(0, 256, size=(12, 8, 8, 3), dtype=np.uint8)
-    first = rdata.alternating_flips(12, seed=0)
+    first = raugment.augmentation(["alternating_flip"]).mirrored(12, seed=0)
     batches = ArrayBatches(source, np.zeros(12, int), 4, shuffle_seed=0, mirrored=first)
     for number in range(3):
         seen = dict(_mirrored_in([batches[number * 3 + i][0] for i in range(3)], source))
@@ -423,5 +424,5 @@ def test_alternating_flip_without_tensorflow_batches_alternates_too():
 
 
 def test_alternating_flip_takes_no_parameters():
-    with pytest.raises(rdata.ConfigError, match="'alternating_flip' takes no parameters"):
-        rdata.augmentation([{"alternating_flip": {"mode": "vertical"}}], one_hot=False)
+    with pytest.raises(UserError, match="'alternating_flip' takes no parameters"):
+        raugment.augmentation([{"alternating_flip": {"mode": "vertical"}}])

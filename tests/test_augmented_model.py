@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from recipes.data import AugmentedModel
+from recipes.augment import AugmentedModel
 
 
 def test_nothing_sets_keras_jit_compile_attribute():
@@ -29,6 +29,7 @@ def network(*layers):
                              keras.layers.Dense(2)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers, compiled", [([], True), ([keras.layers.RandomCrop(6, 6)], False)])
 def test_fit_runs_plain_graphs_around_the_network_steps_keras_compiled(layers, compiled):
     model = AugmentedModel(network(*layers), augment=lambda images, labels: (images, labels))

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from models.densenet_whitened import FusedBatchNormalization
-from recipes.data import network_of
+from recipes.augment import network_of
 import recipes
 
 

@@ -11,7 +11,7 @@ import tensorflow as tf
 import callbacks.timing as timing_module
 from callbacks.execution_mode_check import ExecutionModeCheck
 from callbacks.timing import Timing, execution_mode
-from recipes.data import AugmentedModel
+from recipes.augment import AugmentedModel
 
 
 def tiny_model(*extra_layers):
@@ -19,6 +19,7 @@ def tiny_model(*extra_layers):
                              keras.layers.Flatten(), keras.layers.Dense(2)])
 
 
+@pytest.mark.slow
 def test_mode_check_sees_keras_drop_xla(capsys):
     # RandomCrop does not support XLA, so Keras silently trains in graph mode.
     model = tiny_model(keras.layers.RandomCrop(6, 6))
@@ -93,6 +94,7 @@ def train_with_timing(monkeypatch, epochs, behind=0.0):
     return timing.summary()
 
 
+@pytest.mark.slow
 def test_timing_summary_is_consistent(monkeypatch):
     # Two epochs of 5 steps; the first step traces for 3 s.
     summary = train_with_timing(monkeypatch, [[3.0, 0.1, 0.2, 0.1, 0.4], [0.1, 0.1, 0.2, 0.4, 0.1]])
@@ -104,6 +106,7 @@ def test_timing_summary_is_consistent(monkeypatch):
     assert (summary["step_ms_p10"], summary["step_ms_p90"]) == pytest.approx((100, 400))
 
 
+@pytest.mark.slow
 def test_timing_sees_a_slow_input_pipeline(monkeypatch):
     # Steps of 100 s, of which the batch arrived 80 s (plus the real
     # milliseconds between the hook and the stamp) after the step began.

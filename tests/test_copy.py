@@ -1,9 +1,8 @@
-"""A recipe leaves the repository: each recipe module's header names the
-files to copy beside it, at most three, and the recipe copied with exactly
-those into an empty folder outside the repository trains on its own, with
-`key=value` overrides, writing TensorBoard logs, checkpoints and the timing
-line. And what it shows is true: every Keras call a student would copy is
-in the recipe's own body, and the harness is not."""
+"""A recipe leaves the repository: each recipe module's header names the files
+to copy beside it, and the recipe copied with exactly those into an empty
+folder trains on its own, through the same checks, run directory, lock and
+resume as `python -m recipes run` (recipes/runs.py). What it shows is true:
+every Keras call a student would copy is in the recipe's own body."""
 
 import ast
 import os
@@ -16,34 +15,51 @@ import pytest
 
 import recipes
 from conftest import ROOT, TINY_MODEL
-
-# The header's paragraph that names them: "Copy it out: this file, with A, B and C ..."
-COPY_PARAGRAPH = re.compile(r"Copy it\s+out:(.*?)\n\n", re.S)
-FILE = re.compile(r"\b(?:models|recipes|callbacks)/\w+\.py\b")
+from recipes import runs
+from recipes.tools.notebooks import files_to_copy
 
 
-def files_to_copy(module):
-    """The files the header of recipe module `module` says to copy beside it."""
-    doc = ast.get_docstring(ast.parse((ROOT / "recipes" / f"{module}.py").read_text()))
-    paragraph = COPY_PARAGRAPH.search(doc + "\n\n")
-    assert paragraph, f"{module}: its header does not say what to copy beside it"
-    return FILE.findall(paragraph.group(1))
+def copy_list(module):
+    return files_to_copy((ROOT / "recipes" / f"{module}.py").read_text())
+
+
+def augments(module):
+    return "augment" in runs.module_literal(ROOT / "recipes" / f"{module}.py", "CONFIG")["data"]
 
 
 @pytest.mark.parametrize("module", recipes.MODULES)
-def test_the_header_names_at_most_three_files_that_exist(module):
-    files = files_to_copy(module)
-    assert 1 <= len(files) <= 3, files
-    assert all((ROOT / path).is_file() for path in files), files
+def test_the_header_names_the_files_it_imports_and_no_other(module):
+    """What the recipe imports of ours, and for a recipe that augments recipes/augment.py."""
+    source = (ROOT / "recipes" / f"{module}.py").read_text()
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module.split(".")[0] in (
+                "models", "callbacks", "recipes"):
+            names = ([f"{node.module}.{alias.name}" for alias in node.names]
+                     if node.module == "recipes" else [node.module])
+            imported |= {name.replace(".", "/") + ".py" for name in names}
+    assert sorted(copy_list(module)) == sorted(imported)
+    assert ("recipes/augment.py" in imported) == augments(module)
+    assert all((ROOT / path).is_file() for path in imported)
 
 
 def copied(module, folder):
     """`module`'s recipe and the files its header names, in `folder`."""
-    for path in [f"recipes/{module}.py", *files_to_copy(module)]:
+    for path in [f"recipes/{module}.py", *copy_list(module)]:
         target = folder / (f"{module}.py" if path == f"recipes/{module}.py" else path)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ROOT / path, target)
     return folder
+
+
+TINY_COPY = ["data.source=synthetic", "data.synthetic_examples=64", "data.batch_size=16",
+             "train.epochs=1", "train.steps_per_epoch=2"]
+
+
+def run_copy(folder, module, *overrides):
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    return subprocess.run([sys.executable, f"{module}.py", *overrides], cwd=folder,
+                          capture_output=True, text=True, timeout=300, env=environment)
 
 
 @pytest.mark.slow
@@ -51,37 +67,87 @@ def copied(module, folder):
 def test_a_copied_recipe_trains_on_its_own(module, tmp_path):
     folder = copied(module, tmp_path / "my_project")
     assert not str(folder).startswith(str(ROOT))
-    overrides = ["data.source=synthetic", "data.synthetic_examples=64", "data.batch_size=16",
-                 "train.epochs=1", "train.steps_per_epoch=2", *TINY_MODEL.get(module, [])]
-    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, f"{module}.py", *overrides], cwd=folder,
-                            capture_output=True, text=True, timeout=300, env=environment)
+    result = run_copy(folder, module, *TINY_COPY, *TINY_MODEL.get(module, []))
     assert result.returncode == 0, result.stderr[-3000:]
     [run_dir] = (folder / "runs" / module).iterdir()
     assert (run_dir / "checkpoints" / "last.keras").is_file()
     assert list((run_dir / "tensorboard" / "train").glob("events.out.tfevents.*"))
     assert (run_dir / "history.csv").read_text().count("\n") == 2  # header, one epoch
-    assert (run_dir / "backup" / "training_metadata.json").is_file()
+    assert runs.read_config(run_dir)["recipe"] == module
     assert re.search(r"^timing: mode graph, [\d.]+ ms/step", result.stdout, re.M), result.stdout
     assert "test:" in result.stdout
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("argument", ["train.epoch=1", "epochs=1", "train.epochs",
-                                      "data.sorce=synthetic"])
-def test_a_copied_recipe_refuses_a_key_its_config_does_not_have(argument, tmp_path):
-    """A typo would otherwise add a key nothing reads, and train as if unsaid."""
+def test_a_copied_recipe_resumes_and_extends_its_run_dir_and_refuses_other_settings(tmp_path):
     folder = copied("mnist_mlp", tmp_path / "my_project")
-    result = subprocess.run([sys.executable, "mnist_mlp.py", argument], cwd=folder,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 1 and f"error: '{argument}'" in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr and not (folder / "runs").exists()
+    run_dir = folder / "mine"
+    first = run_copy(folder, "mnist_mlp", *TINY_COPY, f"run.dir={run_dir}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    extended = run_copy(folder, "mnist_mlp", *TINY_COPY, "train.epochs=2", f"run.dir={run_dir}")
+    assert extended.returncode == 0, extended.stderr[-3000:]
+    assert f"resuming the run in {run_dir} from its last finished epoch (1)" in extended.stdout
+    assert [line.split(",")[0] for line in
+            (run_dir / "history.csv").read_text().splitlines()[1:]] == ["0", "1"]
+    other = run_copy(folder, "mnist_mlp", *TINY_COPY, "train.epochs=3", "data.batch_size=8",
+                     f"run.dir={run_dir}")
+    assert other.returncode == 2 and "Traceback" not in other.stderr
+    assert [line for line in other.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: Cannot resume {run_dir}: its config differs in data.batch_size. Only run.*, "
+        "train.epochs, execution.mode, execution.steps_per_execution and execution.onednn may "
+        "change; use the same settings, or another run.dir."]
+
+
+# What a copied file refused with a traceback, or took and trained wrongly on.
+REFUSED = [
+    ("mnist_mlp", "train.optimizer=adam", "'train.optimizer' must be one of rmsprop, sgd"),
+    ("mnist_mlp", "train.epochs=-1", "'train.epochs' must be at least 1"),
+    ("mnist_mlp", "train.epochs=abc", "'train.epochs' expects an integer"),
+    ("mnist_mlp", "execution.mode=bogus", "'execution.mode' must be one of eager, graph, xla"),
+    ("mnist_mlp", "execution.seed=-1", "'execution.seed' must be from 0"),
+    ("mnist_mlp", "data.batch_size=0", "'data.batch_size' must be at least 1"),
+    ("mnist_mlp", "data.validation_split=1.0", "'data.validation_split' must be at least 0 and below 1"),
+    ("mnist_mlp", "execution.precision=bogus", "'execution.precision' must be one of"),
+    ("mnist_mlp", "model.dropout=1.5", "'model.dropout' must be at least 0 and below 1"),
+    ("mnist_mlp", "train.epoch=1", "Unknown config key 'train.epoch' on the command line"),
+    ("mnist_mlp", "data.augment=[flip]", "Unknown config key 'data.augment'"),
+    ("mnist_mlp", "epochs", "Expected key=value, got 'epochs'"),
+    ("cifar10_cnn", "model.conv_dropout=1.5", "'model.conv_dropout' must be at least 0 and below 1"),
+    ("cifar10_cnn", "data.augment=[bogus]", "Unknown augmentation 'bogus' in data.augment"),
+    ("densenet_cifar10_cpu", "train.optimizer=adam", "'train.optimizer' must be one of sgd, muon"),
+    ("densenet_cifar10_cpu", "model.test_time_views=5", "'model.test_time_views' must be one of 1, 2, 6"),
+]
+
+
+@pytest.mark.parametrize("module, item, message", REFUSED)
+def test_a_copied_recipe_refuses_what_the_repository_refuses_before_anything_is_written(
+        module, item, message, tmp_path, monkeypatch, capsys):
+    """The copy's command line is recipes/runs.py's `main`, the checks of
+    `python -m recipes run`: one line, exit status 2, and no run directory."""
+    monkeypatch.chdir(tmp_path)
+    recipe = recipes.load(module)
+    monkeypatch.setattr(sys, "argv", [f"{module}.py", "data.source=synthetic", item])
+    with pytest.raises(SystemExit) as exit_:
+        runs.main(module, recipe.CONFIG, recipe.run, getattr(recipe, "CONFIG_SCHEMA", None))
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("error: ") and message in err, err
+    assert err.count("\n") == 1 and not list(tmp_path.glob("runs/*/*"))  # no run directory
 
 
 @pytest.mark.parametrize("module", recipes.MODULES)
-def test_every_copied_recipe_checks_its_keys(module):
-    main = (ROOT / "recipes" / f"{module}.py").read_text().split('if __name__ == "__main__":')[1]
-    assert "if not equals or name not in known:" in main and "sys.exit(" in main
+def test_the_copy_and_the_repository_resolve_a_recipe_alike(module):
+    """The same checks and the same values, the execution mode included:
+    null is the backend's compiled step (on TensorFlow, graph)."""
+    recipe = recipes.load(module)
+    copied_config = runs.resolve(
+        module, {"data": runs.data_defaults(recipe.CONFIG["data"]), **runs.DEFAULTS},
+        recipe.CONFIG, schema=getattr(recipe, "CONFIG_SCHEMA", None))
+    from recipes import _config
+
+    repository = _config.resolve(module, announce=lambda line: None)
+    for section in ("data", "model", "train"):
+        assert copied_config[section] == repository[section], section
+    assert repository["execution"]["mode"] == "graph"
 
 
 # What a student copies: every one of these calls is in each recipe's own code.
@@ -101,11 +167,13 @@ def test_every_call_a_student_would_copy_is_in_the_recipe_and_the_harness_is_not
     assert "harness" not in re.findall(r"from recipes import (\w+)", source)
 
 
-def test_the_docs_say_what_a_recipe_holds_and_how_to_copy_one():
-    page = " ".join((ROOT / "docs" / "recipes.md").read_text().split())
-    assert "Every Keras call a student would copy is in the recipe itself" in page
-    for call in ("set_random_seed", "set_global_policy", "BackupAndRestore", "CSVLogger",
-                 "ModelCheckpoint", "TensorBoard", "Timing"):
-        assert call in page, call
-    for path in files_to_copy("mnist_mlp"):
-        assert path in page, path
+def test_the_docs_count_the_lines_a_copy_carries():
+    """docs/recipes.md's table and listing, against the files as they are."""
+    page = (ROOT / "docs" / "recipes.md").read_text()
+    for module in ("mnist_mlp", "densenet_cifar10_cpu"):
+        files = [f"recipes/{module}.py", *copy_list(module)]
+        counts = [len((ROOT / path).read_text().splitlines()) for path in files]
+        assert f"| `{module}` | {len(files) - 1} | {sum(counts):,} |" in page, module
+        if module == "mnist_mlp":
+            for path, lines in zip([f"{module}.py", *files[1:]], counts):
+                assert re.search(rf"^ +{lines:,}  {re.escape(path)}$", page, re.M), path

@@ -4,13 +4,16 @@ import csv
 
 import pytest
 
-from recipes import UserError
+import numpy as np
+
+from recipes import runs
+from recipes.runs import UserError
 from recipes.tools import curves as _curves
 
 
 def write_run(run_dir, epoch_seconds, accuracies):
     run_dir.mkdir(parents=True)
-    (run_dir / "config.yaml").write_text("recipe: cifar10_cnn\n")
+    runs.write_config(run_dir, {"recipe": "cifar10_cnn"})
     with (run_dir / "history.csv").open("w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(["epoch", "accuracy", "time_epoch_s", "val_accuracy"])
@@ -57,3 +60,29 @@ def test_thresholds_outside_zero_to_one_are_refused():
     with pytest.raises(argparse.ArgumentTypeError, match="accuracies in"):
         _curves._fractions("85,90")
     assert _curves._fractions("0.85,0.9") == (0.85, 0.9)
+
+
+RANDOM_BYTES = np.random.default_rng(0).bytes(300)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda run: (run / "history.csv").write_bytes(RANDOM_BYTES), "is not text"),
+    (lambda run: (run / "history.csv").write_text(
+        "epoch,time_epoch_s,val_accuracy\n0,60,0.5\n1,NA,0.6\n"), "epoch 1 has no time_epoch_s"),
+    (lambda run: (run / "history.csv").write_text(
+        "epoch,time_epoch_s,val_accuracy\n0,,0.5\n"), "epoch 0 has no time_epoch_s"),
+    (lambda run: (run / "config.yaml").write_bytes(RANDOM_BYTES),
+     "config.yaml is not the config this run wrote"),
+])
+def test_a_damaged_run_is_one_line(damage, message, tmp_path):
+    write_run(tmp_path / "a", [60, 60], [0.4, 0.6])
+    damage(tmp_path / "a")
+    with pytest.raises(UserError, match=message):
+        _curves.curves([tmp_path / "a"])
+
+
+def test_an_out_path_that_cannot_be_written_is_one_line(tmp_path):
+    write_run(tmp_path / "a", [60], [0.4])
+    (tmp_path / "a_file").write_text("not a folder")  # unwritable below, even for root
+    with pytest.raises(UserError, match="Cannot write .*a_file.*--out"):
+        _curves.curves([tmp_path / "a"], out=tmp_path / "a_file" / "plot.png")

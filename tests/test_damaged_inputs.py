@@ -9,8 +9,8 @@ import pytest
 
 import recipes
 from conftest import run_with
-from recipes import UserError, harness
-from recipes import data as rdata
+from recipes import UserError, harness, runs
+from recipes import folder as rfolder
 from recipes.tools import curves
 
 from test_data import write_folder
@@ -20,13 +20,13 @@ from test_faults import StopAfterEpoch, interrupted_run
 @pytest.mark.parametrize("damage", ["truncate", "garble"])
 def test_a_damaged_folder_cache_is_decoded_again_and_said_so(damage, tmp_path, capsys):
     write_folder(tmp_path, splits=("train",))
-    images, labels, classes = rdata.folder_arrays(tmp_path / "train", (32, 32, 3))
+    images, labels, classes = rfolder.folder_arrays(tmp_path / "train", (32, 32, 3))
     cache = tmp_path / ".cache" / "train-32x32x3.npz"
     whole = cache.read_bytes()
     cache.write_bytes(whole[:len(whole) // 2] if damage == "truncate" else b"\0" * len(whole))
     capsys.readouterr()
 
-    again = rdata.folder_arrays(tmp_path / "train", (32, 32, 3))
+    again = rfolder.folder_arrays(tmp_path / "train", (32, 32, 3))
 
     out = capsys.readouterr().out
     assert f"{cache} is damaged" in out and "decoding the 12 images" in out
@@ -103,7 +103,7 @@ def test_resuming_the_latest_run_after_a_class_was_added_is_refused(tiny_config,
     folder = ["data.source=folder", f"data.path={tmp_path / 'data'}", "data.validation_split=0.25",
               "data.batch_size=4", "run.dir=null"]
     interrupted = tiny_config("mnist_mlp", *folder, "train.epochs=3")
-    with pytest.raises(harness.Interrupted):
+    with pytest.raises(runs.Interrupted):
         run_with(recipes.load("mnist_mlp"), interrupted, StopAfterEpoch(1))
     write_folder(tmp_path / "data", classes=("emu",))
 

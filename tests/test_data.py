@@ -8,6 +8,7 @@ import tensorflow_datasets as tfds
 import recipes
 from recipes import UserError, _config, harness
 from recipes import data as rdata
+from recipes import folder as rfolder
 
 
 def data_config(*overrides):
@@ -74,7 +75,7 @@ def test_folder_images_are_decoded_once_and_cached_until_the_folder_changes(tmp_
 
 def test_folder_images_keep_their_pixels_and_class_labels(tmp_path):
     write_folder(tmp_path, classes=("a", "b"), per_class=3, size=(32, 32))
-    images, labels, classes = rdata.folder_arrays(tmp_path / "train", (32, 32, 3))
+    images, labels, classes = rfolder.folder_arrays(tmp_path / "train", (32, 32, 3))
     assert classes == ["a", "b"] and labels.tolist() == [0, 0, 0, 1, 1, 1]
     np.testing.assert_array_equal(images[4], keras.utils.img_to_array(
         keras.utils.load_img(tmp_path / "train" / "b" / "1.png")).astype(np.uint8))
@@ -86,7 +87,7 @@ def test_validation_split_zero_trains_on_every_training_image_and_validates_on_t
     data = rdata.load(data_config("data.source=folder", f"data.path={tmp_path}",
                                   "data.validation_split=0", "data.batch_size=4"))
     assert data.train_examples == 12 and data.validated_on == data.evaluated_on == "test"
-    _, _, expected = rdata.folder_arrays(tmp_path / "test", (32, 32, 3))
+    _, _, expected = rfolder.folder_arrays(tmp_path / "test", (32, 32, 3))
     validation = np.concatenate([labels for _, labels in data.validation])
     test = np.concatenate([labels for _, labels in data.test])
     np.testing.assert_array_equal(validation, test)
@@ -137,7 +138,7 @@ def test_folder_source_trains_a_recipe(tmp_path, tiny_config):
      "has no test/<class>/ folder"),
 ])
 def test_bad_data_settings_are_user_errors(overrides, message):
-    with pytest.raises(rdata.ConfigError) as error:
+    with pytest.raises(UserError) as error:
         rdata.load(data_config(*overrides))
     assert message in str(error.value)
 
@@ -146,7 +147,7 @@ def test_tfds_without_data_or_network_fails_fast_with_advice(tmp_path, monkeypat
     # Never download in a test: report the host unreachable, as it is in CI.
     asked = []
     monkeypatch.setattr(rdata, "_reachable", lambda host, port: asked.append((host, port)))
-    with pytest.raises(rdata.ConfigError) as error:
+    with pytest.raises(UserError) as error:
         rdata.load(data_config("data.source=tfds", f"data.dir={tmp_path}"))
     # Fast: one look at TFDS's host, then the advice; no download was tried.
     assert asked == [rdata.TFDS_HOST]

@@ -6,7 +6,7 @@ import pytest
 from PIL import Image
 
 from recipes import UserError, _environment
-from recipes import data as rdata
+from recipes import folder as rfolder
 from test_data import write_folder
 
 
@@ -22,10 +22,10 @@ def test_two_decoders_of_one_folder_each_write_their_own_temporary_file(
         save(file, **arrays)
         if not interleaved:
             interleaved.append(True)
-            rdata.folder_arrays(tmp_path / "train", (32, 32, 3))
+            rfolder.folder_arrays(tmp_path / "train", (32, 32, 3))
 
     monkeypatch.setattr(np, "savez", save_while_another_decodes)
-    images, labels, classes = rdata.folder_arrays(tmp_path / "train", (32, 32, 3))
+    images, labels, classes = rfolder.folder_arrays(tmp_path / "train", (32, 32, 3))
 
     assert interleaved
     assert capsys.readouterr().out.count("; cached in") == 2
@@ -57,11 +57,11 @@ def test_tensorflow_and_pil_decode_the_same_arrays(tmp_path):
     Keras runs on TensorFlow, so PIL's resize is TensorFlow's;
     tests/test_jax_backend.py compares JAX's.)"""
     files = write_mixed_folder(tmp_path)
-    by_tensorflow = rdata._decode_with_tensorflow(files, (32, 32, 3))
-    np.testing.assert_array_equal(rdata._decode_with_pil(files, (32, 32, 3)), by_tensorflow)
+    by_tensorflow = rfolder._decode_with_tensorflow(files, (32, 32, 3))
+    np.testing.assert_array_equal(rfolder._decode_with_pil(files, (32, 32, 3)), by_tensorflow)
     grey = [path for path in files if Image.open(path).mode == "L"]
-    np.testing.assert_array_equal(rdata._decode_with_pil(grey, (28, 28, 1)),
-                                  rdata._decode_with_tensorflow(grey, (28, 28, 1)))
+    np.testing.assert_array_equal(rfolder._decode_with_pil(grey, (28, 28, 1)),
+                                  rfolder._decode_with_tensorflow(grey, (28, 28, 1)))
 
 
 def test_colour_read_into_one_channel_is_the_one_difference(tmp_path):
@@ -72,19 +72,19 @@ def test_colour_read_into_one_channel_is_the_one_difference(tmp_path):
     for suffix, most in ((".png", 1), (".jpg", 255)):
         colour = [path for path in files if path.suffix == suffix
                   and Image.open(path).mode == "RGB" and Image.open(path).size == (32, 32)]
-        difference = np.abs(rdata._decode_with_pil(colour, (32, 32, 1)).astype(int)
-                            - rdata._decode_with_tensorflow(colour, (32, 32, 1)))
+        difference = np.abs(rfolder._decode_with_pil(colour, (32, 32, 1)).astype(int)
+                            - rfolder._decode_with_tensorflow(colour, (32, 32, 1)))
         assert 0 < difference.max() <= most
 
 
 def test_the_cache_says_which_decoder_wrote_it_and_either_reads_it(
         tmp_path, monkeypatch, capsys):
     write_mixed_folder(tmp_path)
-    monkeypatch.setattr(rdata, "HAS_TENSORFLOW", False)
-    by_pil, labels, classes = rdata.folder_arrays(tmp_path / "train", (32, 32, 3))
+    monkeypatch.setattr(rfolder, "HAS_TENSORFLOW", False)
+    by_pil, labels, classes = rfolder.folder_arrays(tmp_path / "train", (32, 32, 3))
     assert "with PIL" in capsys.readouterr().out
-    monkeypatch.setattr(rdata, "HAS_TENSORFLOW", True)
-    read, _, _ = rdata.folder_arrays(tmp_path / "train", (32, 32, 3))
+    monkeypatch.setattr(rfolder, "HAS_TENSORFLOW", True)
+    read, _, _ = rfolder.folder_arrays(tmp_path / "train", (32, 32, 3))
     out = capsys.readouterr().out
     assert "(decoded by PIL)" in out and "decoding" not in out
     np.testing.assert_array_equal(read, by_pil)
@@ -94,5 +94,5 @@ def test_the_cache_says_which_decoder_wrote_it_and_either_reads_it(
 def test_a_file_pil_cannot_decode_is_named(tmp_path):
     files = write_mixed_folder(tmp_path)
     files[1].write_bytes(b"not an image")
-    with pytest.raises(rdata.ConfigError, match=f"{files[1]} is not an image PIL can decode"):
-        rdata._decode_with_pil(files, (32, 32, 3))
+    with pytest.raises(UserError, match=f"{files[1]} is not an image PIL can decode"):
+        rfolder._decode_with_pil(files, (32, 32, 3))

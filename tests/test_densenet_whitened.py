@@ -14,8 +14,8 @@ import recipes
 import models.densenet_whitened as whitened
 from models.densenet_whitened import (PartialIdentity, PatchWhitening, average_views,
                                       densenet_whitened, view_metrics)
-from recipes import UserError, harness
-from recipes import data as rdata
+from recipes import UserError, harness, runs
+from recipes import augment as raugment
 from recipes.densenet_cifar10_cpu import (CONFIG, ConvMuon, Lookahead, PiecewiseLinear, _optimizer,
                                           orthogonalize)
 
@@ -137,6 +137,7 @@ def _tiny_model():
     return model
 
 
+@pytest.mark.slow
 def test_lookahead_moves_the_weights_to_their_average():
     rng = np.random.default_rng(0)
     x, y = rng.random((40, 4)), rng.random((40, 2))
@@ -222,7 +223,7 @@ def test_one_pass_over_the_views_reports_what_evaluate_reports():
 @pytest.mark.parametrize("engine", ["keras", "keras_cv"])
 def test_reflected_pad_crop_brings_in_no_black(engine):
     images = np.random.default_rng(0).uniform(0.5, 1.0, (16, 8, 8, 3)).astype("float32")
-    apply, _ = rdata.pad_crop(engine, seed=1, padding=2, fill="reflect")
+    apply, _ = raugment.pad_crop(engine, seed=1, padding=2, fill="reflect")
     import tensorflow as tf
     shifted, _ = apply(tf.constant(images), None)
     assert np.asarray(shifted).min() >= 0.5  # a zero pad would bring in zeros
@@ -253,7 +254,7 @@ def test_recipe_trains_saves_and_reloads(tiny_config, tmp_path, capsys):
     muon, = (o for o in optimizers if isinstance(o, ConvMuon))
     kernels = [v for v in best.trainable_variables if v.path.endswith("_conv/kernel")]
     assert [m.shape for m in muon.momentums] == [k.shape for k in kernels]
-    network = rdata.network_of(best)
+    network = raugment.network_of(best)
     assert network.get_layer("block1_conv").kernel_regularizer is None
     assert network.get_layer("logits").kernel_regularizer is not None
 
@@ -276,6 +277,7 @@ def test_the_ablation_switches_change_what_they_name():
     assert chain.get_layer("block2_conv").input.shape[-1] == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("epochs", [0, 1])
 def test_a_whitening_bias_trained_for_no_epoch_is_frozen(tiny_config, epochs):
     """With train.whitening_bias_epochs=0 nothing below the first convolution
@@ -284,7 +286,7 @@ def test_a_whitening_bias_trained_for_no_epoch_is_frozen(tiny_config, epochs):
 
     experiment = build(tiny_config("densenet_cifar10_cpu", f"train.whitening_bias_epochs={epochs}",
                                    "execution.precision=float32"))
-    whitening = rdata.network_of(experiment.model).get_layer("whitening")
+    whitening = raugment.network_of(experiment.model).get_layer("whitening")
     before = whitening.bias.numpy().copy()
     experiment.model.fit(experiment.data.train, steps_per_epoch=1, verbose=0)
     trained = [v.path for v in experiment.model.trainable_variables if v.path.startswith("whitening")]
@@ -296,6 +298,6 @@ def test_extending_a_run_on_the_triangle_is_refused(tiny_config, tmp_path):
     """The triangle spans all epochs: more of them would restart its curve."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    harness.write_config(run_dir, tiny_config("densenet_cifar10_cpu"))
+    runs.write_config(run_dir, tiny_config("densenet_cifar10_cpu"))
     with pytest.raises(UserError, match="'triangle' schedule over all its epochs"):
-        harness.Run.open(tiny_config("densenet_cifar10_cpu", "train.epochs=5"))
+        harness.open_run(tiny_config("densenet_cifar10_cpu", "train.epochs=5"))

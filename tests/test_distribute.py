@@ -39,6 +39,7 @@ def one_step_weights(tiny_config, tmp_path, label, *overrides):
     return experiment, before, experiment.model.get_weights()
 
 
+@pytest.mark.slow
 def test_one_mirrored_step_equals_one_step_on_the_whole_batch(tiny_config, tmp_path):
     """Two replicas of 16 images each, against one device with 32."""
     single, initial, expected = one_step_weights(tiny_config, tmp_path, "single",

@@ -12,10 +12,9 @@ import pytest
 import tensorflow as tf
 
 import recipes
-from callbacks.divergence_stop import DivergenceStop, TrainingDiverged
 from conftest import ROOT, TINY
-from recipes import UserError, _config, harness
-from recipes import data as rdata
+from recipes import UserError, _config, harness, runs
+from recipes import folder as rfolder
 from recipes.tools import soak as _soak
 
 from test_data import write_folder
@@ -43,7 +42,7 @@ def history_epochs(run_dir):
 
 def interrupted_run(tiny_config, epochs_done=3):
     """An mnist_mlp run of 5 epochs, killed after `epochs_done`."""
-    with pytest.raises(harness.Interrupted):
+    with pytest.raises(runs.Interrupted):
         fit_with(recipes.load("mnist_mlp"), tiny_config("mnist_mlp", "train.epochs=5"),
                  StopAfterEpoch(epochs_done))
 
@@ -82,7 +81,7 @@ def test_a_backup_with_no_whole_state_is_refused_with_the_file_named(tiny_config
     for name in ("latest.weights.h5", "latest.weights.h5.bkp"):
         (backup / name).write_bytes(b"garbage")
     with pytest.raises(UserError, match=r"latest.weights.h5 is damaged.*Start a new run"):
-        harness.Run.open(tiny_config("mnist_mlp", "train.epochs=5"))
+        harness.open_run(tiny_config("mnist_mlp", "train.epochs=5"))
 
 
 @pytest.mark.slow
@@ -96,7 +95,8 @@ def test_a_kill_during_the_first_backup_starts_the_run_over(tiny_config, tmp_pat
     assert history_epochs(tmp_path / "run") == [0, 1]
 
 
-def test_divergence_raises_and_keeps_the_last_backup(tmp_path):
+@pytest.mark.slow
+def test_divergence_raises_and_keeps_the_last_backup(tiny_config):
     """Epoch 1 trains on finite data, epoch 2 meets a NaN: fit raises, and
     BackupAndRestore's state of epoch 1 stays (TerminateOnNaN would let fit
     return, and BackupAndRestore would delete it)."""
@@ -105,19 +105,21 @@ def test_divergence_raises_and_keeps_the_last_backup(tmp_path):
     data = tf.data.Dataset.from_tensor_slices((images, np.zeros((8, 1), "float32"))).batch(2)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
-    backup = keras.callbacks.BackupAndRestore(tmp_path / "backup", double_checkpoint=True)
-    with pytest.raises(TrainingDiverged, match="became nan at epoch 2, step 1"):
-        model.fit(data, epochs=3, steps_per_epoch=2, verbose=0,
-                  callbacks=[DivergenceStop(tmp_path), backup])
-    status = json.loads((tmp_path / "status.json").read_text())
+    with runs.Run.open(tiny_config("mnist_mlp")) as run:
+        backup = keras.callbacks.BackupAndRestore(run.dir / "backup", double_checkpoint=True)
+        with pytest.raises(runs.TrainingDiverged, match="became nan at epoch 2, step 1"):
+            model.fit(data, epochs=3, steps_per_epoch=2, verbose=0,
+                      callbacks=[*run.callbacks(), backup])
+    status = json.loads((run.dir / "status.json").read_text())
     assert (status["status"], status["epoch"], status["step"]) == ("diverged", 1, 0)
-    assert json.loads((tmp_path / "backup" / "training_metadata.json").read_text())["epoch"] == 1
+    assert json.loads((run.dir / "backup" / "training_metadata.json").read_text())["epoch"] == 1
 
 
-def test_a_loss_a_thousandfold_over_its_lowest_is_warned_about_once(capsys):
-    stop = DivergenceStop()
-    for step, loss in enumerate([1.0, 0.5, 400.0, 600.0, 0.4]):
-        stop.on_train_batch_end(step, {"loss": loss})
+def test_a_loss_a_thousandfold_over_its_lowest_is_warned_about_once(tiny_config, capsys):
+    with runs.Run.open(tiny_config("mnist_mlp")) as run:
+        guard = run.callbacks()[0]  # the callback that watches every batch's loss
+        for step, loss in enumerate([1.0, 0.5, 400.0, 600.0, 0.4]):
+            guard.on_train_batch_end(step, {"loss": loss})
     out = capsys.readouterr().out
     assert out.count("warning: the training loss is 600") == 1 and "400" not in out
 
@@ -137,11 +139,11 @@ def test_a_diverging_run_exits_with_one_line_and_is_not_finished(tmp_path):
 
 def test_moving_an_image_to_another_class_rebuilds_the_folder_cache(tmp_path, capsys):
     write_folder(tmp_path, splits=("train",))
-    _, labels, _ = rdata.folder_arrays(tmp_path / "train", (32, 32, 3))
+    _, labels, _ = rfolder.folder_arrays(tmp_path / "train", (32, 32, 3))
     moved = tmp_path / "train" / "cat" / "0.png"
     moved.rename(tmp_path / "train" / "dog" / "moved.png")  # same size, same mtime
     capsys.readouterr()
-    _, relabelled, _ = rdata.folder_arrays(tmp_path / "train", (32, 32, 3))
+    _, relabelled, _ = rfolder.folder_arrays(tmp_path / "train", (32, 32, 3))
     assert "decoding the 12 images" in capsys.readouterr().out
     assert labels.sum() + 1 == relabelled.sum()  # one more dog (label 1)
 
@@ -156,8 +158,8 @@ def test_moving_an_image_to_another_class_rebuilds_the_folder_cache(tmp_path, ca
 ])
 def test_bad_image_folders_are_user_errors(make, message, tmp_path):
     make(tmp_path)
-    with pytest.raises(rdata.ConfigError, match=message):
-        rdata.folder_arrays(tmp_path / "train", (32, 32, 3))
+    with pytest.raises(UserError, match=message):
+        rfolder.folder_arrays(tmp_path / "train", (32, 32, 3))
 
 
 @pytest.mark.parametrize("override, message", [
@@ -178,7 +180,7 @@ def test_an_unwritable_run_directory_is_a_user_error(tiny_config, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     with pytest.raises(UserError, match="Cannot create the run directory"):
-        harness.Run.open(tiny_config("mnist_mlp", f"run.dir={blocker / 'run'}"))
+        harness.open_run(tiny_config("mnist_mlp", f"run.dir={blocker / 'run'}"))
 
 
 @pytest.mark.slow
@@ -200,7 +202,7 @@ def test_a_finished_run_trains_further_when_train_epochs_is_raised(tiny_config, 
     first = harness.train(tiny_config("mnist_mlp", "train.epochs=1", "execution.mode=eager"))
     probe = RecordStartingState()
     with pytest.raises(UserError, match="finished run of 1 epochs.*Raise train.epochs above 1"):
-        harness.Run.open(tiny_config("mnist_mlp", "train.epochs=1"))
+        harness.open_run(tiny_config("mnist_mlp", "train.epochs=1"))
     metrics = fit_with(recipe, tiny_config("mnist_mlp", "train.epochs=3", "execution.mode=graph"),
                        probe)
     assert "extending the finished run" in capsys.readouterr().out
@@ -214,6 +216,6 @@ def test_changing_the_epochs_of_a_scheduled_run_is_refused(tiny_config, tmp_path
     """A cosine schedule spans all epochs: more of them would restart its curve."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    harness.write_config(run_dir, tiny_config("densenet_cifar10_wide"))
+    runs.write_config(run_dir, tiny_config("densenet_cifar10_wide"))
     with pytest.raises(UserError, match="'cosine' schedule over all its epochs"):
-        harness.Run.open(tiny_config("densenet_cifar10_wide", "train.epochs=5"))
+        harness.open_run(tiny_config("densenet_cifar10_wide", "train.epochs=5"))

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from conftest import output_and_gradients
 from models.densenet_whitened import FusedActivation
-from recipes.data import network_of
+from recipes.augment import network_of
 import recipes
 
 

@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY
-from callbacks.stop_after_interrupt import StopAfterInterrupt
 from recipes import __main__ as cli
-from recipes import harness
+from recipes import harness, runs
 
 
 @pytest.mark.slow
@@ -36,13 +35,13 @@ def test_an_interrupt_before_the_first_epoch_says_nothing_was_saved(tmp_path):
 
 
 def test_the_interrupt_note_counts_the_saved_epochs(tiny_config, tmp_path):
-    run = harness.Run.open(tiny_config("mnist_mlp"))
+    run = harness.open_run(tiny_config("mnist_mlp"))
     run.close()
     backup = run.dir / "backup"
     backup.mkdir(parents=True)
-    with h5py.File(backup / harness.BACKUP_WEIGHTS, "w") as file:
+    with h5py.File(backup / runs.BACKUP_WEIGHTS, "w") as file:
         file["layers/dense/vars/0"] = [1.0]
-    (backup / harness.BACKUP_METADATA).write_text(json.dumps({"epoch": 3}))
+    (backup / runs.BACKUP_METADATA).write_text(json.dumps({"epoch": 3}))
     assert run.interrupt_note() == (
         f"interrupted: 3 finished epoch(s) are saved in {run.dir}; run the same command with "
         "run.resume=true (or the same run.dir) to continue.")
@@ -75,18 +74,20 @@ class SwallowsTheCtrlC(keras.callbacks.Callback):
                 gc.callbacks.remove(press)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["except", "gc_callback"])
-def test_one_ctrl_c_stops_training_even_when_library_code_swallows_it(how, monkeypatch, capsys):
+def test_one_ctrl_c_stops_training_even_when_library_code_swallows_it(how, tiny_config, monkeypatch,
+                                                                   capsys):
     """A CI run once trained on after its SIGINT landed in JAX's gc callback."""
     monkeypatch.setattr(sys, "unraisablehook", cli.on_unraisable)
     previous = signal.getsignal(signal.SIGINT)
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
-    swallower, stop = SwallowsTheCtrlC(how), StopAfterInterrupt()
-    with pytest.raises(KeyboardInterrupt):
+    swallower = SwallowsTheCtrlC(how)
+    with runs.Run.open(tiny_config("mnist_mlp")) as run, pytest.raises(KeyboardInterrupt):
         model.fit(np.zeros((20, 2)), np.zeros(20), batch_size=1, epochs=1, verbose=0,
-                  callbacks=[stop, swallower])
-    assert stop.pressed
+                  callbacks=[*run.callbacks(), swallower])
+    assert run.interrupted is not None
     assert signal.getsignal(signal.SIGINT) is previous  # its handler lasts as long as training
     assert swallower.batches == [0, 1, 2]  # stopped at the end of the batch it was pressed in
     assert "Exception ignored" not in capsys.readouterr().err

@@ -29,6 +29,8 @@ import recipes
 from conftest import ROOT, TINY, TINY_MODEL
 from recipes import UserError, _config, _environment, harness
 from recipes import data as rdata
+from recipes import folder as rfolder
+from recipes import augment as raugment
 from recipes.__main__ import main
 from recipes.data import ArrayBatches
 from test_data import write_folder
@@ -129,11 +131,9 @@ def test_on_jax_a_recipe_learns_eagerly_and_jitted(tmp_path):
 AUGMENTED_STEP = """
 import json
 import keras, numpy as np
-from recipes.data import AugmentedModel
-from recipes import data as rdata
+from recipes.augment import AugmentedModel, augmentation
 
-augment = rdata.augmentation(["pad_crop", "flip", "cutmix"], one_hot=True, seed=0,
-                            engine="keras")
+augment = augmentation(["pad_crop", "flip", "cutmix"], seed=0, engine="keras", on="device")
 inputs = keras.Input((8, 8, 3))
 network = keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(
     keras.layers.Flatten()(inputs)))
@@ -167,7 +167,7 @@ def test_pad_crop_in_keras_ops_shifts_each_image_by_whole_pixels():
     """PadCrop, the keras.ops form of pad_crop that a JAX step runs (here on
     TensorFlow's backend, whose tensors are not what tf.data hands it)."""
     images = np.random.default_rng(0).random((32, 12, 12, 3)).astype("float32")
-    cropped = np.asarray(rdata.PadCrop(4, seed=1)(images))
+    cropped = np.asarray(raugment.PadCrop(4, seed=1)(images))
     padded = np.pad(images, [(0, 0), (4, 4), (4, 4), (0, 0)])
     shifts = set()
     for index in range(32):
@@ -324,10 +324,10 @@ def test_without_tensorflow_a_recipe_decodes_a_folder_and_trains_on_jax(tmp_path
     assert "note: no TensorBoard logs" in densenet.stdout
     # Read here, with TensorFlow: PIL's cache holds what TensorFlow decodes.
     train = tmp_path / "images" / "train"
-    cached, _, _ = rdata.folder_arrays(train, (32, 32, 3))
+    cached, _, _ = rfolder.folder_arrays(train, (32, 32, 3))
     assert "(decoded by PIL)" in capsys.readouterr().out
     np.testing.assert_array_equal(
-        cached, rdata._decode_with_tensorflow(sorted(train.glob("*/*")), (32, 32, 3)))
+        cached, rfolder._decode_with_tensorflow(sorted(train.glob("*/*")), (32, 32, 3)))
     metrics = json.loads((tmp_path / "densenet_cifar10_cpu" / "metrics.json").read_text())
     assert (metrics["backend"], metrics["mode_used"], metrics["augment_on"]) == (
         "jax", "xla", "device")
@@ -372,20 +372,21 @@ def test_array_batches_shuffle_each_pass_and_keep_every_image_once():
 
 
 def test_auto_places_augmentation_in_the_step_without_tensorflow(monkeypatch):
-    assert rdata.placement("auto", "keras") == "host"  # a CPU with TensorFlow
+    assert raugment.placement("auto", "keras") == "host"  # a CPU with TensorFlow
     monkeypatch.setattr(rdata, "HAS_TENSORFLOW", False)
-    assert rdata.placement("auto", "keras") == "device"
+    assert raugment.placement("auto", "keras") == "device"
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ([], "data.source=tfds reads tensorflow-datasets, which needs TensorFlow"),
-    (["data.source=synthetic", "data.augment=[flip]", "data.augment_engine=keras",
-      "data.augment_on=host"], "data.augment_on=host augments in tf.data"),
-    (["data.source=synthetic", "data.augment=[flip]", "data.augment_engine=keras_cv"],
+    (["data.augment_engine=keras", "data.augment_on=device"],
+     "data.source=tfds reads tensorflow-datasets, which needs TensorFlow"),
+    (["data.source=synthetic", "data.augment_engine=keras", "data.augment_on=host"],
+     "data.augment_on=host augments in tf.data"),
+    (["data.source=synthetic", "data.augment_engine=keras_cv"],
      "data.augment_engine=keras_cv needs TensorFlow"),
 ])
 def test_without_tensorflow_what_needs_it_is_one_line(overrides, message, monkeypatch):
-    config = _config.resolve("mnist_mlp", overrides=overrides, announce=lambda line: None)
+    config = _config.resolve("cifar10_cnn", overrides=overrides, announce=lambda line: None)
     monkeypatch.setattr(rdata, "HAS_TENSORFLOW", False)
-    with pytest.raises(rdata.ConfigError, match=message):
-        rdata.load(config["data"])
+    with pytest.raises(UserError, match=message):
+        rdata.load(config["data"], augmentation=raugment.from_config(config["data"]))

@@ -9,7 +9,9 @@ import pytest
 
 import recipes
 from conftest import ROOT
-from recipes.__main__ import COMMANDS, main
+from recipes.__main__ import commands, main
+
+COMMANDS = commands()
 
 
 def _top_level_functions(path):

@@ -9,7 +9,7 @@ import tensorflow as tf
 import recipes
 from conftest import output_and_gradients
 from models.densenet_whitened import MatmulFilterGradientConv2D, densenet_whitened
-from recipes.data import network_of
+from recipes.augment import network_of
 
 
 @pytest.mark.parametrize("kernel_size, dtype",

@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 from recipes import _config
-from recipes import data as rdata
+from recipes.runs import UserError
+from recipes import augment as raugment
 
 
 def test_the_paper_recipe_trains_on_every_image_with_its_momentum_and_padding():
@@ -32,10 +33,10 @@ def test_pad_crop_with_fill_mean_pads_with_the_batch_mean_colour(path):
     rng = np.random.default_rng(0)
     images = rng.uniform(size=(16, 32, 32, 3)).astype("float32")
     if path == "tf.data":
-        augment = rdata.augmentation([{"pad_crop": {"fill": "mean"}}], one_hot=True, seed=1)
+        augment = raugment.augmentation([{"pad_crop": {"fill": "mean"}}], seed=1)
         cropped, _ = augment(tf.constant(images), tf.zeros((16, 10)))
     else:
-        cropped = rdata.PadCrop(4, fill="mean", seed=1)(images)
+        cropped = raugment.PadCrop(4, fill="mean", seed=1)(images)
     cropped, padded = np.asarray(cropped), mean_padded(images)
     shifted = 0
     for index in range(16):
@@ -47,5 +48,5 @@ def test_pad_crop_with_fill_mean_pads_with_the_batch_mean_colour(path):
 
 
 def test_pad_crop_refuses_an_unknown_fill():
-    with pytest.raises(rdata.ConfigError, match="pad_crop's fill must be one of black, mean"):
-        rdata.augmentation([{"pad_crop": {"fill": "grey"}}], one_hot=True, seed=1)
+    with pytest.raises(UserError, match="pad_crop's fill must be one of black, mean"):
+        raugment.augmentation([{"pad_crop": {"fill": "grey"}}], seed=1)

@@ -3,11 +3,13 @@ docs/configuration.md lists every key, the README's essentials a few."""
 
 import re
 
+import recipes
 from conftest import ROOT
-from recipes import _config
+from recipes import _config, runs
 
 
 REFERENCE = ROOT / "docs" / "configuration.md"
+CHOICES = {**runs.CHOICES, **_config.CHOICES}  # the keys' choices: every recipe's, the command's
 
 
 def config_table_rows(page=REFERENCE):
@@ -23,8 +25,9 @@ def config_table_rows(page=REFERENCE):
 
 
 def default_keys():
-    return {f"{section}.{key}" for section, values in _config.defaults().items()
-            for key in values}
+    """Every recipe's keys: the defaults, with the augmentation keys a recipe that augments has."""
+    return {f"{section}.{key}" for module in recipes.MODULES
+            for section, values in _config.defaults(module).items() for key in values}
 
 
 def test_the_table_lists_every_default_key_and_no_other():
@@ -40,14 +43,14 @@ def test_the_readmes_essentials_are_rows_of_the_reference():
     for key, row in essentials.items():
         assert key in reference, f"the README lists {key}, which the reference lacks"
         assert row.split(" | ")[0] == reference[key].split(" | ")[0], f"{key}: another default"
-        for choice in _config.CHOICES.get(key, []):
+        for choice in CHOICES.get(key, []):
             if isinstance(choice, str):
                 assert f"`{choice}`" in row, f"{key}: {choice}"
 
 
 def test_the_table_names_every_choice_of_a_key():
     rows = config_table_rows()
-    for key, choices in _config.CHOICES.items():
+    for key, choices in CHOICES.items():
         for choice in choices:
             if isinstance(choice, str):
                 assert f"`{choice}`" in rows[key], f"{key}: {choice}"
@@ -57,7 +60,7 @@ def test_the_table_states_each_plain_default():
     rows = config_table_rows()
     for key in default_keys():
         section, name = key.split(".")
-        default = _config.defaults()[section][name]
+        default = _config.defaults("cifar10_cnn")[section][name]
         if isinstance(default, (bool, int, float)) and key not in ("train.epochs", "train.lr"):
             # A table cell shows YAML: true, 0.1, 2048.
             shown = str(default).lower() if isinstance(default, bool) else str(default)

@@ -14,7 +14,7 @@ from callbacks.timing import EPOCH_KEYS
 from conftest import run_with
 from recipes import data as rdata
 from recipes import harness
-from recipes.data import network_of
+from recipes.augment import network_of
 
 # graph, the default, trains every recipe name below (tensorflow-datasets'
 # mock data), every module mixed-precision and copied (tests/test_copy.py).

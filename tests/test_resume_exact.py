@@ -79,7 +79,7 @@ def losses(history):
                  ["data.augment_on=host", "data.augment_engine=keras",
                   "data.augment=[flip,pad_crop,shift]"], id="host-augmentation"),
     # Keras' JAX `fit` opens two iterators on the training data.
-    pytest.param("mnist_mlp", "jax",
+    pytest.param("cifar10_cnn", "jax",
                  ["data.augment_on=device", "data.augment_engine=keras",
                   "data.augment=[flip,pad_crop]"], id="jax-device-augmentation"),
 ])

@@ -120,6 +120,7 @@ def test_reversible_gradients_reach_weights_given_as_values():
     assert max(relative_errors(grads["reversible"], grads["standard"])) < 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
 def test_a_reversible_revnet_trains_under_mixed_bfloat16(jit_compile):
     keras.mixed_precision.set_global_policy("mixed_bfloat16")

@@ -57,9 +57,9 @@ def test_every_recipe_trains_with_it_naming_the_cpu_recipe_on_a_cpu(tmp_path):
     config = _config.resolve("densenet_cifar100", overrides=["train.epochs=300",
                                                              f"run.dir={tmp_path / 'run'}"],
                              announce=lambda line: None)
-    run = harness.Run.open(config)
+    run = harness.open_run(config)
     run.close()
-    chosen = [callback for callback in run.callbacks() if isinstance(callback, RunEstimate)]
+    chosen = [callback for callback in harness.callbacks(run) if isinstance(callback, RunEstimate)]
     assert [(callback.epochs, callback.over_a_day) for callback in chosen] == [
         (300, harness.CPU_HINT)]  # this machine has no GPU
     assert "densenet_cifar10_cpu" in harness.CPU_HINT

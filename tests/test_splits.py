@@ -21,7 +21,7 @@ def test_tensorflow_datasets_validation_split_is_exact_not_whole_percent():
 def test_a_validation_split_that_holds_out_no_image_is_refused(source, tmp_path):
     write_folder(tmp_path)
     with tfds.testing.mock_data(num_examples=1000), pytest.raises(
-            rdata.ConfigError, match="validation_split=0.0001 of .* holds out no image"):
+            UserError, match="validation_split=0.0001 of .* holds out no image"):
         rdata.load(data_config(f"data.source={source}", f"data.path={tmp_path}",
                                "data.validation_split=0.0001", "data.batch_size=4"))
 

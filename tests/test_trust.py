@@ -5,9 +5,14 @@ command line's own code (`recipes.__main__.run_cli`), and each failed before
 the checks it tests were written."""
 
 import csv
+import fcntl
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +21,11 @@ from PIL import Image
 
 from conftest import ROOT, TINY
 from recipes import __main__ as cli
+from recipes.runs import UserError
 from recipes import data as rdata
-from recipes import harness
+from recipes import folder as rfolder
+from recipes import harness, runs
+from test_data import write_folder
 
 
 def run(capsys, *args):
@@ -95,8 +103,8 @@ def test_a_16_bit_png_is_refused_in_one_line(tmp_path):
         Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / "train" / name / "0.png")
     deep = tmp_path / "train" / "dog" / "deep.png"
     Image.fromarray(np.full((8, 8), 40000, np.uint16)).save(deep)
-    with pytest.raises(rdata.ConfigError, match=f"{deep} is a 16-bit PNG"):
-        rdata.folder_arrays(tmp_path / "train", (8, 8, 1))
+    with pytest.raises(UserError, match=f"{deep} is a 16-bit PNG"):
+        rfolder.folder_arrays(tmp_path / "train", (8, 8, 1))
 
 
 # ---------------------------------------------------------------- files that lie
@@ -152,6 +160,7 @@ def test_a_backup_that_history_does_not_back_is_refused_before_anything_changes(
                  if path.is_file() and path.name != ".lock"} == before
 
 
+@pytest.mark.slow
 def test_a_run_killed_before_its_first_epoch_ended_trains_from_the_start(capsys, tmp_path):
     """What a kill leaves then: config.yaml and an empty history.csv."""
     run_dir = tmp_path / "run"
@@ -238,7 +247,7 @@ def test_changing_the_backend_on_resume_is_refused(tiny_config, capsys, tmp_path
     assert train(capsys, run_dir)[0] == 0
     (run_dir / "metrics.json").unlink()
     with pytest.raises(harness.UserError, match="differs in execution.backend"):
-        harness.Run.open(tiny_config("mnist_mlp", "execution.backend=jax"))
+        harness.open_run(tiny_config("mnist_mlp", "execution.backend=jax"))
 
 
 @pytest.mark.slow
@@ -261,7 +270,7 @@ def test_a_damaged_best_checkpoint_is_removed_and_said_so(tiny_config, tmp_path,
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "checkpoints" / "best.keras").write_bytes(b"PK\x03\x04 cut short by a full disk")
     state = harness.inspect(run_dir, config)
-    state.apply(run_dir, config, print)
+    state.apply(run_dir, config)
     assert "best.keras was damaged" in capsys.readouterr().out
     assert not (run_dir / "checkpoints" / "best.keras").exists()
 
@@ -309,3 +318,94 @@ def test_the_fault_battery_runs_its_cases_and_tables_them(tmp_path):
                             timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "| OK | 2 |" in table.read_text()
+
+
+# ---------------------------------------------------------------- the battery's second round
+
+@pytest.mark.slow
+def test_standard_output_closed_from_the_start_does_not_end_training(tmp_path):
+    """`python -m recipes run ... >&-`: Python starts with no sys.stdout."""
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "recipes", "run", "mnist_mlp", *TINY, "train.epochs=2",
+         f"run.dir={run_dir}"], cwd=ROOT, stderr=subprocess.PIPE, text=True, timeout=300,
+        preexec_fn=lambda: os.close(1))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert json.loads((run_dir / "metrics.json").read_text())["epochs_completed"] == 2
+
+
+@pytest.mark.slow
+def test_sigterm_ends_a_run_as_ctrl_c_does_and_it_resumes(tmp_path):
+    """How job schedulers and container runtimes stop a process."""
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "recipes", "run", "mnist_mlp", *TINY, "train.epochs=3",
+               "train.steps_per_epoch=300", f"run.dir={run_dir}"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    while not (run_dir / "backup" / "training_metadata.json").exists():
+        assert process.poll() is None, process.stderr.read()[-2000:]
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143 and "Traceback" not in err, err[-2000:]
+    lines = [line for line in err.splitlines() if line.startswith("interrupted")]
+    assert len(lines) == 1 and "finished epoch(s) are saved in" in lines[0], err[-2000:]
+    resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert epochs_in(run_dir) == [0, 1, 2]
+
+
+def test_a_lock_read_while_its_holder_writes_still_names_the_holder(tmp_path):
+    """The holder takes the lock, then writes its line: a second process
+    that reads in between waits for the line instead of saying "another process"."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    holder = open(run_dir / ".lock", "a+")
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    holder.write("process 4242 (python -m")
+    holder.flush()
+    finish = threading.Timer(0.1, lambda: (holder.write(" recipes run)\n"), holder.flush()))
+    finish.start()
+    try:
+        with pytest.raises(UserError, match=r"in use by process 4242 \(python -m recipes run\)"):
+            runs.Run.open({"recipe": "mnist_mlp", "run": {"dir": str(run_dir)},
+                           "train": {"epochs": 1}})
+    finally:
+        finish.join()
+        holder.close()
+
+
+def test_synthetic_images_take_the_memory_of_real_ones():
+    train, validation, test = rdata._synthetic_splits(
+        {**rdata.DEFAULTS, "synthetic_examples": 64}, (32, 32, 3), 10, seed=0)
+    assert {split[0].dtype for split in (train, validation, test)} == {np.dtype(np.uint8)}
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda images: (images / "dog" / "x.png").mkdir(), "x.png is not an image file"),
+    (lambda images: (images / "dog" / "loop.png").symlink_to(images / "dog" / "loop.png"),
+     "loop.png is not an image file"),
+])
+def test_an_odd_entry_in_an_image_folder_is_named_in_one_line(make, message, tmp_path):
+    write_folder(tmp_path, splits=("train",))
+    make(tmp_path / "train")
+    with pytest.raises(UserError, match=message):
+        rfolder.folder_arrays(tmp_path / "train", (32, 32, 3))
+
+
+def test_an_image_whose_name_is_not_utf8_is_read(tmp_path):
+    write_folder(tmp_path, splits=("train",))
+    dog = tmp_path / "train" / "dog"
+    source = next(dog.glob("*.png"))
+    os.rename(source, os.fsencode(dog) + b"/caf\xe9.png")  # Latin-1, not UTF-8
+    images, labels, classes = rfolder.folder_arrays(tmp_path / "train", (32, 32, 3))
+    assert len(images) == len(labels) and classes == ["cat", "dog"]
+
+
+@pytest.mark.slow
+def test_extending_a_finished_run_whose_history_is_not_text_is_one_line(capsys, tmp_path):
+    run_dir = tmp_path / "run"
+    assert train(capsys, run_dir, "train.epochs=1")[0] == 0
+    (run_dir / "history.csv").write_bytes(np.random.default_rng(0).bytes(200))
+    status, _, err = train(capsys, run_dir, "train.epochs=2")
+    assert status == 2 and "history.csv is not text" in err and "Traceback" not in err

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recipes import RUNS_DIR, UserError, _config, harness
+from recipes import RUNS_DIR, UserError, _config, runs
 from recipes._environment import device_label
 from recipes.tools import Command, compare
 from recipes.tools.tables import markdown_table, number_cell, write_csv
@@ -33,15 +33,15 @@ def benchmark(name, steps=compare.DEFAULT_STEPS, config_files=(), overrides=(), 
     Writes `operations.csv`, `training.csv` and `table.md` into `out_dir`
     (default `runs/augment-benchmark/NAME/<timestamp>`).
     """
-    from recipes import data  # imports Keras
+    from recipes import augment, data  # imports Keras
 
     config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
-    pipeline = config["data"]["augment"]
+    pipeline = config["data"].get("augment")
     if not pipeline:
         raise UserError(f"{name} has no data.augment to benchmark; add some, e.g. "
                         "data.augment=[pad_crop,flip].")
     if out_dir is None:
-        out_dir = harness.timestamped(RUNS_DIR / "augment-benchmark" / name)
+        out_dir = runs.timestamped(RUNS_DIR / "augment-benchmark" / name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -52,14 +52,14 @@ def benchmark(name, steps=compare.DEFAULT_STEPS, config_files=(), overrides=(), 
     labels = np.eye(classes, dtype="float32")[rng.integers(0, classes, batch_size)]
     print(f"augmentation alone: {batches} batches of {batch_size} per operation and engine",
           flush=True)
-    operations = [(op, [op]) for op in data.OPERATIONS] + [("pipeline", pipeline)]
+    operations = [(op, [op]) for op in augment.OPERATIONS] + [("pipeline", pipeline)]
     rows = []
-    for engine in data.ENGINES:
+    for engine in augment.ENGINES:
         for label, entries in operations:
-            augment = data.augmentation(entries, one_hot=True, engine=engine)
+            augmentation = augment.augmentation(entries, engine=engine, on="host")
             row = {"engine": engine, "operation": label,
-                   "host_images_per_s": _host_rate(augment, images, labels, batches),
-                   "device_images_per_s": _device_rate(augment, images, labels, batches)}
+                   "host_images_per_s": _host_rate(augmentation, images, labels, batches),
+                   "device_images_per_s": _device_rate(augmentation, images, labels, batches)}
             rows.append(row)
             print(f"  {engine:<9} {label:<15} host {row['host_images_per_s']:9.0f}  "
                   f"device {row['device_images_per_s']:9.0f} images/s", flush=True)

@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, harness
+from recipes import RUNS_DIR, UserError, _config, runs
 from recipes._environment import device_label
 from recipes.tools import Command, Option, count, plots
 from recipes.tools.sweep import parse_grid
@@ -85,16 +85,16 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
         _config.resolve(name, config_files, [*overrides, "execution.backend=jax"],
                         announce=lambda line: None)
     if out_dir is None:
-        out_dir = harness.timestamped(RUNS_DIR / "compare" / name)
+        out_dir = runs.timestamped(RUNS_DIR / "compare" / name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"comparing {', '.join(modes)} on {name}, {steps} steady steps each, "
           f"one process per mode{f', {repeats} times in turns' if repeats > 1 else ''}; "
           f"results in {out_dir}", flush=True)
 
-    runs, measured = _measure(name, modes, steps, config_files, overrides, out_dir, quiet,
+    by_mode, measured = _measure(name, modes, steps, config_files, overrides, out_dir, quiet,
                               repeats)
-    rows = [_median_run(measured_runs) for measured_runs in runs.values()]
+    rows = [_median_run(measured_runs) for measured_runs in by_mode.values()]
     context = {key: measured[key] for key in ("device", "versions", "config")}
     add_speedups(rows)
     results = {"recipe": name, "steps": steps, "warmup_steps": WARMUP_STEPS, "repeats": repeats,
@@ -116,7 +116,7 @@ def _measure(name, modes, steps, config_files, overrides, out_dir, quiet, repeat
         {mode: [its rows, one per turn]}, and the last process' whole result
         (its device, versions, config and params are every process').
     """
-    runs = {mode: [] for mode in modes}
+    by_mode = {mode: [] for mode in modes}
     jobs = [(turn, mode) for turn in range(repeats) for mode in modes]
     for number, (turn, mode) in enumerate(jobs, 1):
         label = mode if turn == 0 else f"{mode}-{turn + 1}"
@@ -132,12 +132,12 @@ def _measure(name, modes, steps, config_files, overrides, out_dir, quiet, repeat
             raise UserError(f"Mode {mode} failed (exit {result.returncode}):\n"
                             + result.stderr[-3000:])
         measured = json.loads(Path(job["out"]).read_text())
-        runs[mode].append(measured["row"])
+        by_mode[mode].append(measured["row"])
         if not quiet:
             row = measured["row"]
             print(f"[{number}/{len(jobs)}] {label:<15} {row['step_ms_median']:9.2f} ms/step "
                   f"{row['images_per_s']:10.0f} images/s  trace {row['trace_s']:.2f} s", flush=True)
-    return runs, measured
+    return by_mode, measured
 
 
 def _median_run(measured_runs):
@@ -171,7 +171,7 @@ def scaling(name, steps=DEFAULT_STEPS, config_files=(), overrides=(), repeats=1,
     per-replica batch: images/s and the scaling efficiency, global images/s
     over (replicas x the single device's). Returns the rows."""
     if out_dir is None:
-        out_dir = harness.timestamped(RUNS_DIR / "scaling" / name)
+        out_dir = runs.timestamped(RUNS_DIR / "scaling" / name)
     out_dir = Path(out_dir)
     rows = []
     for strategy in ("none", "mirrored"):
@@ -203,7 +203,7 @@ def compare_sizes(name, size_key=None, size_values=None, modes=DEFAULT_MODES, st
                             "e.g. size=model.hidden_units=[[64],[256],[1024],[4096]].")
         size_key, size_values = SIZES[module]
     if out_dir is None:
-        out_dir = harness.timestamped(RUNS_DIR / "compare-sizes" / name)
+        out_dir = runs.timestamped(RUNS_DIR / "compare-sizes" / name)
     out_dir = Path(out_dir)
     rows = []
     for number, value in enumerate(size_values, 1):

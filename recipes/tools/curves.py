@@ -9,11 +9,11 @@ each of `--thresholds`, as cifar10-airbench tabulates its runs.
 
 import argparse
 import itertools
+import math
 from pathlib import Path
 
-import yaml
-
-from recipes import UserError, harness
+from recipes import harness, runs
+from recipes.runs import UserError
 from recipes.tools import Command, plots
 
 # cifar10-airbench's table: minutes to each of these validation accuracies.
@@ -31,11 +31,23 @@ def read_curve(run_dir):
     rows = harness.read_rows(history, announce=print)  # a torn last row left out, said so
     if not rows or "val_accuracy" not in rows[0] or "time_epoch_s" not in rows[0]:
         raise UserError(f"{history} has no val_accuracy and time_epoch_s columns.")
+    missing = [row["epoch"] for row in rows
+               if not all(_finite(row[column]) for column in ("time_epoch_s", "val_accuracy"))]
+    if missing:
+        raise UserError(f"{history}: epoch {missing[0]} has no time_epoch_s or val_accuracy "
+                        "(NA or empty), so it has no place on the curve: restore the row, or "
+                        "leave this run out.")
     minutes = list(itertools.accumulate(float(row["time_epoch_s"]) / 60 for row in rows))
-    config_path = run_dir / "config.yaml"
-    name = (yaml.safe_load(config_path.read_text())["recipe"] if config_path.is_file()
-            else run_dir.name)
+    config = runs.read_config(run_dir)  # one line if config.yaml was garbled or edited
+    name = config["recipe"] if config else run_dir.name
     return f"{name} ({run_dir.name})", minutes, [float(row["val_accuracy"]) for row in rows]
+
+
+def _finite(text):
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def time_to_accuracy(lines, thresholds):
@@ -57,9 +69,13 @@ def curves(run_dirs, out=None, thresholds=THRESHOLDS):
         raise UserError("curves needs at least one run directory.")
     lines = [read_curve(run_dir) for run_dir in run_dirs]
     path = Path(out) if out else Path(run_dirs[0]) / "accuracy_vs_time.png"
-    plots.accuracy_vs_time(lines, path)
     table = time_to_accuracy(lines, thresholds)
-    (path.parent / "time_to_accuracy.md").write_text(table)
+    try:
+        plots.accuracy_vs_time(lines, path)
+        (path.parent / "time_to_accuracy.md").write_text(table)
+    except OSError as error:
+        raise UserError(f"Cannot write {error.filename or path}: {error.strerror}. Give a "
+                        "folder you can write to with --out.") from None
     print(table, end="")
     for label, minutes, accuracy in lines:
         best = max(range(len(accuracy)), key=accuracy.__getitem__)

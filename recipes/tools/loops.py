@@ -7,7 +7,7 @@ train a recipe's compiled model with its own loss and optimizer.
 
 import tensorflow as tf
 
-from recipes.data import AugmentedModel
+from recipes.augment import AugmentedModel
 
 
 def step_body(model):

@@ -23,8 +23,8 @@ import tensorflow as tf
 
 import recipes
 from callbacks.timing import Timing, execution_mode
-from recipes import _config, _environment, harness
-from recipes.data import network_of
+from recipes import _config, _environment, harness, runs
+from recipes.augment import network_of
 from recipes.tools import loops
 from recipes.tools.compare import JAX_MODES, SPE, WARMUP_STEPS
 
@@ -53,7 +53,7 @@ def measure(job):
         experiment = recipes.load(job["name"]).build(config)
     run_dir = Path(job["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
-    harness.write_config(run_dir, config)  # says what this row measured
+    runs.write_config(run_dir, config)  # says what this row measured
     model, data = experiment.model, experiment.data
     timing = Timing(batch_size=data.batch_size)
     _train(mode, experiment, timing, config["train"]["steps_per_epoch"], steps)

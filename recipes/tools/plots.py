@@ -112,11 +112,9 @@ def _label_text(label):
 
 
 def _save(figure, path):
-    # A tool's output folder (preview's, curves' --out) may not exist yet.
+    # A tool's output folder (curves' --out, preview's fresh run directory) may not exist yet.
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
-    # `preview` names a fresh run directory that nothing has created yet.
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     figure.clf()
     _pyplot().close(figure)

@@ -9,18 +9,18 @@ CutMix show their two largest classes.
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, harness
+from recipes import RUNS_DIR, UserError, _config, runs
 from recipes.tools import Command, plots
 
 
 def preview(name, config_files=(), overrides=(), count=8):
     """Writes the grid for recipe `name`; returns the PNG's path."""
     config = _config.resolve(name, config_files, overrides)
-    if not config["data"]["augment"]:
+    if not config["data"].get("augment"):
         raise UserError(f"{name} has no data.augment to preview; add some, e.g. "
                         "data.augment=[pad_crop,flip,cutmix].")
     if config["run"]["dir"] is None:
-        config["run"]["dir"] = str(harness.timestamped(RUNS_DIR / "preview" / name))
+        config["run"]["dir"] = str(runs.timestamped(RUNS_DIR / "preview" / name))
     # The recipe as it trains: its labels (one-hot or not) and augmentation.
     data = recipes.load(name).build(config).data
     images, labels = next(iter(data.train_plain))

@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, harness
+from recipes import RUNS_DIR, UserError, _config, harness, runs
 from recipes.tools import Command, tables
 
 WARMUP_STEPS, PROFILED_STEPS = 5, 3
@@ -50,7 +50,7 @@ def kind_of(kernel):
 
 def profile(name, config_files=(), overrides=()):
     """Profiles recipe `name`'s training steps; prints and returns the table's path."""
-    out_dir = harness.timestamped(RUNS_DIR / "profile" / name)
+    out_dir = runs.timestamped(RUNS_DIR / "profile" / name)
     first = WARMUP_STEPS + 1
     forced = ["train.epochs=1", f"train.steps_per_epoch={WARMUP_STEPS + PROFILED_STEPS}",
               f"run.dir={out_dir}", "run.verbose=0"]
@@ -66,7 +66,7 @@ def profile(name, config_files=(), overrides=()):
     with harness.prepare(config).scope():
         experiment = recipes.load(name).build(config)
     out_dir.mkdir(parents=True, exist_ok=True)
-    harness.write_config(out_dir, config)  # says what this profile measured
+    runs.write_config(out_dir, config)  # says what this profile measured
     data = experiment.data
     # Keras' TensorBoard profiler; no validation: the profile covers
     # training steps only.
@@ -74,7 +74,7 @@ def profile(name, config_files=(), overrides=()):
                                            profile_batch=(first, first + PROFILED_STEPS - 1))
     experiment.model.fit(data.train, epochs=config["train"]["epochs"],
                          steps_per_epoch=data.steps_per_epoch, callbacks=[profiler],
-                         verbose=harness.fit_verbose(config))
+                         verbose=runs.fit_verbose(config))
     traces = sorted((out_dir / "tensorboard" / "train" / "plugins" / "profile").glob("*/*.xplane.pb"))
     if not traces:
         raise UserError(f"The profiler wrote no trace under {out_dir}: is tensorboard-plugin-profile "
