@@ -16,6 +16,7 @@ tf.data; without TensorFlow (Keras on JAX alone) it is `ArrayBatches`.
 """
 
 import dataclasses
+import importlib
 import importlib.util
 import math
 import socket
@@ -175,7 +176,7 @@ def source_splits(config, input_shape, num_classes, seed):
     if config["source"] == "synthetic":
         return (*_synthetic_splits(config, input_shape, num_classes, seed), num_classes, "test")
     try:
-        from recipes import folder
+        folder = importlib.import_module("recipes.folder")
     except ModuleNotFoundError as error:
         if error.name != "recipes.folder":
             raise

@@ -240,6 +240,11 @@ def mkdir(path):
     return lambda tmp: (tmp / path).mkdir(parents=True)
 
 
+def folder_module(tmp):
+    """recipes/folder.py copied beside a copied recipe, as its header says for a folder."""
+    shutil.copyfile(ROOT / "recipes" / "folder.py", tmp / "copy" / "recipes" / "folder.py")
+
+
 def rename(path, name):
     """Renames the file to `name`, bytes: a name that need not be UTF-8."""
     return lambda tmp: os.rename(tmp / path, os.fsencode((tmp / path).parent) + b"/" + name)
@@ -647,9 +652,13 @@ CASES = [
          copy("data.augment=[bogus]", recipe="cifar10_cnn"), REFUSED, copied="cifar10_cnn"),
     Case("copied: data.path missing", copy("data.source=folder", "data.path=TMP/nowhere"),
          REFUSED, copied="mnist_mlp"),
-    Case("copied: a folder of PNGs cut in half", copy(*FOLDER), REFUSED,
+    Case("copied without recipes/folder.py: data.source=folder", copy(*FOLDER), REFUSED,
+         image_folder(), copied="mnist_mlp"),
+    Case("copied with recipes/folder.py: a folder of PNGs cut in half", copy(*FOLDER), REFUSED,
          after(image_folder(), truncate("images/train/dog/0.png"),
-               truncate("images/train/cat/1.png")), copied="mnist_mlp"),
+               truncate("images/train/cat/1.png"), folder_module), copied="mnist_mlp"),
+    Case("copied with recipes/folder.py: a good folder", copy(*FOLDER), TRAINS,
+         after(image_folder(), folder_module), copied="mnist_mlp"),
     Case("copied: the default tfds source, no network",
          [item for item in copy() if not item.startswith("data.source")], REFUSED,
          copied="mnist_mlp"),

@@ -177,3 +177,12 @@ def test_the_docs_count_the_lines_a_copy_carries():
         if module == "mnist_mlp":
             for path, lines in zip([f"{module}.py", *files[1:]], counts):
                 assert re.search(rf"^ +{lines:,}  {re.escape(path)}$", page, re.M), path
+
+
+@pytest.mark.slow
+def test_a_copy_without_the_folder_module_says_to_copy_it(tmp_path):
+    """Its header names recipes/folder.py for data.source=folder only."""
+    folder = copied("mnist_mlp", tmp_path / "my_project")
+    result = run_copy(folder, "mnist_mlp", "data.source=folder", f"data.path={tmp_path}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "reads image folders with recipes/folder.py: copy it" in result.stderr
