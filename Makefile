@@ -16,12 +16,13 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe notebooks copy sweep compare compare-sizes benchmark benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak battery test test-fast tensorboard clean
+.PHONY: help setup list show recipe notebooks copy anchor sweep compare compare-sizes benchmark benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak battery test test-fast tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
 	@echo "make notebooks                                     notebooks/<recipe>.ipynb, written from each recipe's file"
 	@echo "make copy NAME=<recipe> DIR=<folder>               the recipe and the files it needs, copied into a folder"
+	@echo "make anchor SCRIPT=<airbench94*.py> DATA=<cifar10> [RUNS=3]  cifar10-airbench beside the recipe, this CPU"
 	@echo "make recipe-multiworker NAME=<recipe> [WORKERS=2] [ARGS=...] train on N local worker processes"
 	@echo "make sweep NAME=<recipe> GRID=\"k=[a,b] ...\" [ARGS=...] every combination, with a results table"
 	@echo "    ... ONE_AT_A_TIME=1                             or each value alone, from the recipe's settings"
@@ -75,6 +76,14 @@ notebooks: $(INSTALLED)
 copy: $(INSTALLED)
 	@test -n "$(NAME)" -a -n "$(DIR)" || { echo "usage: make copy NAME=<recipe> DIR=<folder>"; exit 2; }
 	@$(PY) -m recipes copy $(NAME) $(DIR)
+
+# Your copy of cifar10-airbench's airbench94.py or airbench94_muon.py, patched
+# for a CPU, beside densenet_cifar10_cpu (or NAME) on the same images and
+# split, RUNS times each; needs requirements-anchor.txt. Not a test: it reports.
+anchor: $(INSTALLED)
+	@test -n "$(SCRIPT)" -a -n "$(DATA)" || { echo "usage: make anchor SCRIPT=airbench94_muon.py DATA=<folder with train/> [RUNS=3] [NAME=...] [ARGS=...]"; exit 2; }
+	@$(PY) -m recipes anchor $(or $(NAME),densenet_cifar10_cpu) --script $(SCRIPT) \
+	    runs=$(or $(RUNS),3) data.source=folder data.path=$(DATA) $(ARGS)
 
 # MultiWorkerMirroredStrategy on WORKERS local processes (docs/distributed.md).
 WORKERS ?= 2

@@ -53,7 +53,7 @@ TOOLS = {"curves": "curves", "sweep": "sweep", "compare": "compare", "compare-si
          "scaling": "compare", "preview": "preview", "graph": "graph", "profile": "profile",
          "soak": "soak", "augment-benchmark": "augment_bench", "data-benchmark": "data_bench",
          "memory": "memory", "multiworker": "multiworker", "notebooks": "notebooks",
-         "copy": "copy"}
+         "copy": "copy", "anchor": "anchor"}
 
 
 def commands(names=None):

@@ -1,0 +1,232 @@
+"""`python -m recipes anchor NAME --script AIRBENCH.py [runs=N] [key=value ...]`:
+cifar10-airbench's record script run beside the recipe, on this machine's CPU,
+on the same images and split; one table of accuracy, wall time and ratios.
+
+The script is the user's own copy of `airbench94.py` or `airbench94_muon.py`
+(KellerJordan/cifar10-airbench), patched at run time for what a CPU needs
+and nothing else (`PATCHES`): float32 weights under bfloat16 autocast (but
+for the whitening layer's patch covariance, float32 as on a GPU), no
+`torch.compile` (nor its warm-up run), a wall clock for its CUDA events, its
+tensors on the CPU, and torchvision's `Normalize` written out (PyTorch's CPU
+build has no torchvision that imports beside it). A script that differs
+from the published one is refused in one line, naming what was not found.
+Its data are the recipe's: the same folder (`data.path`), the same held-out
+split, written as the `cifar10/train.pt` and `test.pt` it reads. Each run of
+either is a process of its own, timed from start to exit; the recipe's run
+`i` has `execution.seed=i`, airbench's runs are unseeded, as its own are.
+PyTorch is not in the main stack: `pip install -r requirements-anchor.txt`.
+"""
+
+import importlib.util
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import recipes
+from recipes import RUNS_DIR, _config, runs
+from recipes.runs import UserError
+from recipes.tools import Command, count
+from recipes.tools.tables import markdown_table
+
+# Run first in the patched script: what stands in for CUDA and torchvision.
+PRELUDE = '''
+# -- python -m recipes anchor: what a CPU needs, and nothing else ----------
+import time as _anchor_time
+
+
+class _WallEvent:  # a CUDA event's record and elapsed_time, by the wall clock
+    def record(self):
+        self.seconds = _anchor_time.perf_counter()
+
+    def elapsed_time(self, end):
+        return 1e3 * (end.seconds - self.seconds)
+
+
+def _cpu_synchronize():  # a CPU's ops are done when they return: nothing to wait for
+    pass
+
+
+class T:  # torchvision.transforms.Normalize, on a tensor of images (N, C, H, W)
+    class Normalize:
+        def __init__(self, mean, std):
+            self.mean = torch.as_tensor(mean).view(-1, 1, 1)
+            self.std = torch.as_tensor(std).view(-1, 1, 1)
+
+        def __call__(self, images):
+            return (images - self.mean.to(images.dtype)) / self.std.to(images.dtype)
+
+
+torch.set_num_threads(os.cpu_count())
+RUNS = int(os.environ["ANCHOR_RUNS"])
+# ---------------------------------------------------------------------------
+'''
+# (what the published script holds, what the CPU run needs instead, how many
+# times it is there): each must be found that many times, or the script is refused.
+COMMON = [
+    ("import torchvision\nimport torchvision.transforms as T\n", "", 1),
+    ("torch.cuda.Event(enable_timing=True)", "_WallEvent()", 2),
+    ("torch.cuda.synchronize()", "_cpu_synchronize()", None),  # None: at least once
+]
+PATCHES = {
+    "airbench94.py": COMMON + [
+        ("map_location=torch.device(gpu)", "map_location='cpu'", 1),
+        ("(self.images.half() / 255)", "(self.images.float() / 255)", 1),
+        ("net = net.half().cuda()", "net = net.float()", 1),
+        # Its patch covariance in float32, as on a GPU (autocast would take it to bfloat16).
+        ("def get_whitening_parameters(patches):",
+         "@torch.autocast('cpu', enabled=False)\ndef get_whitening_parameters(patches):", 1),
+        ("    accs = torch.tensor([main(run) for run in range(25)])",
+         "    with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+         "        accs = torch.tensor([main(run) for run in range(RUNS)])", 1),
+    ],
+    "airbench94_muon.py": COMMON + [
+        ("@torch.compile\ndef zeropower_via_newtonschulz5", "def zeropower_via_newtonschulz5", 1),
+        ('map_location=torch.device("cuda")', 'map_location="cpu"', 1),
+        ("(self.images.half() / 255)", "(self.images.float() / 255)", 1),
+        ("                mod.half()", "                mod.float()", 1),
+        # Its patch covariance in float32, as on a GPU (autocast would take it to bfloat16).
+        ("    def init_whiten(self, train_images, eps=5e-4):",
+         "    @torch.autocast('cpu', enabled=False)\n"
+         "    def init_whiten(self, train_images, eps=5e-4):", 1),
+        ("model = CifarNet().cuda().to(", "model = CifarNet().to(", 1),
+        ('    model.compile(mode="max-autotune")\n', "", 1),
+        ('    main("warmup", model)\n', "", 1),
+        ("    accs = torch.tensor([main(run, model) for run in range(200)])",
+         "    with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+         "        accs = torch.tensor([main(run, model) for run in range(RUNS)])", 1),
+    ],
+}
+# Where the prelude goes: after the script's `import torch...` block.
+AFTER = "import torch.nn.functional as F\n"
+MEAN = re.compile(r"^Mean: (\d\.\d+)", re.M)
+
+
+def patched(script):
+    """The text of `script` for a CPU run, and which of `PATCHES` it is."""
+    text = Path(script).expanduser().read_text()
+    kind = ("airbench94_muon.py" if "class Muon(" in text
+            else "airbench94.py" if "class LookaheadState" in text else None)
+    if kind is None:
+        raise UserError(f"{script} is neither cifar10-airbench's airbench94.py nor "
+                        "airbench94_muon.py (no LookaheadState, no Muon): give a copy of one.")
+    for old, new, times in [*PATCHES[kind], (AFTER, AFTER + PRELUDE, 1)]:
+        found = text.count(old)
+        if found == 0 or (times is not None and found != times):
+            first = old.strip().splitlines()[0]
+            raise UserError(f"{script} is not {kind} as cifar10-airbench publishes it: "
+                            f"'{first}' is there {found} time(s), not {times or 'one or more'}; "
+                            "the anchor patches the published script only.")
+        text = text.replace(old, new)
+    return text, kind
+
+
+def prepare(config, folder):
+    """`folder/cifar10/{train,test}.pt` as airbench's CifarLoader reads them:
+    the recipe's training images, and its held-out (or test) images."""
+    import numpy as np
+    import torch
+
+    from recipes import data
+
+    train, _, test, _, _ = data.source_splits(
+        {**runs.module_literal(recipes.PACKAGE_DIR / "data.py", "DEFAULTS"), **config["data"]},
+        data.DATASETS[config["data"]["name"]][0], 10, config["execution"]["seed"])
+    (folder / "cifar10").mkdir(parents=True, exist_ok=True)
+    for name, (images, labels) in (("train", train), ("test", test)):
+        torch.save({"images": torch.from_numpy(np.ascontiguousarray(images)),
+                    "labels": torch.from_numpy(labels.astype(np.int64)), "classes": list(range(10))},
+                   folder / "cifar10" / f"{name}.pt")
+    return len(train[1]), len(test[1])
+
+
+def torch_installed():
+    return importlib.util.find_spec("torch") is not None
+
+
+def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None):
+    """Runs the patched `script` and recipe `name` `runs_` times each; returns
+    the rows and writes `table.md` and `results.json` into `out_dir`."""
+    if not torch_installed():
+        raise UserError("anchor runs cifar10-airbench's PyTorch script, and PyTorch is not "
+                        "installed here: pip install -r requirements-anchor.txt (its CPU build).")
+    text, kind = patched(script)
+    config = _config.resolve(name, config_files, overrides, announce=print)
+    if config["data"]["source"] != "folder" or config["data"]["name"] != "cifar10":
+        raise UserError("anchor compares on CIFAR-10's images in a folder: give "
+                        "data.source=folder data.path=DIR (DIR/train/<class>/*.png).")
+    out_dir = Path(out_dir or runs.timestamped(RUNS_DIR / "anchor" / name))
+    work = out_dir / "airbench"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / f"{Path(kind).stem}_cpu.py").write_text(text)
+    train_count, test_count = prepare(config, work)
+    print(f"{kind} and {name} on the same {train_count:,} training and {test_count:,} "
+          f"held-out images ({config['data']['path']}), {runs_} run(s) each", flush=True)
+    rows = []
+    for run in range(runs_):
+        rows.append(_timed(kind, run, [sys.executable, f"{Path(kind).stem}_cpu.py"], work,
+                           {"ANCHOR_RUNS": "1"}, lambda out: MEAN.findall(out)))
+        run_dir = out_dir / f"{name}-seed{run}"
+        rows.append(_timed(name, run, [sys.executable, "-m", "recipes", "run", name,
+                                       *overrides, f"execution.seed={run}", f"run.dir={run_dir}",
+                                       *(f"--config={path}" for path in config_files)],
+                           Path.cwd(), {}, lambda out: [json.loads(
+                               (run_dir / "metrics.json").read_text())["test"]["accuracy"]]))
+    table = summary(rows, kind, name)
+    (out_dir / "table.md").write_text(table)
+    (out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
+    print(table + f"\nresults: {out_dir}/table.md, results.json", flush=True)
+    return rows
+
+
+def _timed(what, run, command, cwd, environment, accuracy):
+    """{what, run, accuracy, wall_s} of one process, from its start to its exit."""
+    import os
+
+    print(f"  {what} run {run}...", flush=True)
+    started = time.perf_counter()
+    result = subprocess.run(command, cwd=cwd, env={**os.environ, **environment},
+                            capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    found = accuracy(result.stdout) if result.returncode == 0 else []
+    if not found:
+        tail = (result.stderr.strip().splitlines() or ["(nothing)"])[-1]
+        raise UserError(f"{what}'s run {run} exited {result.returncode} without an accuracy: "
+                        f"{tail}")
+    print(f"  {what} run {run}: accuracy {float(found[-1]):.4f} in {wall:.0f} s", flush=True)
+    return {"what": what, "run": run, "accuracy": float(found[-1]), "wall_s": wall}
+
+
+def summary(rows, kind, name):
+    """The Markdown table: every run, each side's mean, and the recipe's over airbench's."""
+    means = {what: (statistics.mean(r["accuracy"] for r in rows if r["what"] == what),
+                    statistics.mean(r["wall_s"] for r in rows if r["what"] == what))
+             for what in (kind, name)}
+    lines = [dict(run=f"{r['what']} run {r['run']}", accuracy=f"{r['accuracy']:.2%}",
+                  wall=f"{r['wall_s']:.0f} s") for r in rows]
+    lines += [dict(run=f"{what}, mean of {sum(r['what'] == what for r in rows)}",
+                   accuracy=f"{accuracy:.2%}", wall=f"{wall:.0f} s")
+              for what, (accuracy, wall) in means.items()]
+    (a_accuracy, a_wall), (r_accuracy, r_wall) = means[kind], means[name]
+    lines.append(dict(run=f"{name} against {kind}",
+                      accuracy=f"{100 * (r_accuracy - a_accuracy):+.2f} points",
+                      wall=f"{r_wall / a_wall:.2f}x"))
+    return markdown_table(["run", "accuracy", "wall"], lines)
+
+
+def _arguments(parser):
+    parser.add_argument("--script", required=True, metavar="AIRBENCH.py",
+                        help="your copy of cifar10-airbench's airbench94.py or airbench94_muon.py")
+
+
+COMMANDS = (
+    Command("anchor", "cifar10-airbench's script beside the recipe on this CPU, the same images "
+            "and split: accuracy, wall time, ratios",
+            lambda name, script, runs, config_files, overrides: anchor(
+                name, script, runs, config_files, overrides),
+            options=(count("runs", 3, 1),), arguments=_arguments,
+            jax_refusal="it runs the recipe on TensorFlow beside PyTorch's script"),
+)
