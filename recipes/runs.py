@@ -570,7 +570,8 @@ def new_directory(parent):
 
 def _lock(run_dir):
     """fcntl's exclusive lock on `run_dir/.lock`, which ends with this process
-    however it ends; refused, naming its holder, when another process has it."""
+    however it ends; refused, naming its holder, when another process has it.
+    (The filelock package wraps the same call: one more a copy would install.)"""
     try:
         handle = open(run_dir / ".lock", "a+")
     except OSError as error:

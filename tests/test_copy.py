@@ -186,3 +186,29 @@ def test_a_copy_without_the_folder_module_says_to_copy_it(tmp_path):
     result = run_copy(folder, "mnist_mlp", "data.source=folder", f"data.path={tmp_path}")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert "reads image folders with recipes/folder.py: copy it" in result.stderr
+
+
+def test_two_copies_started_in_the_same_second_get_two_run_directories(tmp_path, monkeypatch):
+    """A copy without run.dir takes runs/NAME/<date>-<time>, exclusively."""
+    monkeypatch.chdir(tmp_path)
+    recipe = recipes.load("mnist_mlp")
+    config = runs.resolve("mnist_mlp", {"data": runs.data_defaults(recipe.CONFIG["data"]),
+                                        **runs.DEFAULTS}, recipe.CONFIG)
+    first, second = runs.Run.open(config), runs.Run.open(config)
+    try:
+        assert first.dir != second.dir and first.dir.parent == second.dir.parent
+    finally:
+        first.close()
+        second.close()
+
+
+def test_an_interrupted_copy_says_to_run_again_with_its_run_dir(tmp_path, monkeypatch):
+    """A copy has no run.resume: its note names the run.dir to give."""
+    monkeypatch.chdir(tmp_path)
+    recipe = recipes.load("mnist_mlp")
+    config = runs.resolve("mnist_mlp", {"data": runs.data_defaults(recipe.CONFIG["data"]),
+                                        **runs.DEFAULTS}, recipe.CONFIG)
+    with runs.Run.open(config) as run:
+        assert run.interrupt_note() == (
+            f"interrupted before the first epoch of {run.dir} finished: no epoch was saved; "
+            f"the same command with run.dir={run.dir} starts it again from the beginning.")

@@ -4,11 +4,11 @@ on the same images and split; one table of accuracy, wall time and ratios.
 
 The script is the user's own copy of `airbench94.py` or `airbench94_muon.py`
 (KellerJordan/cifar10-airbench), patched at run time for what a CPU needs
-and nothing else (`PATCHES`): float32 weights under bfloat16 autocast (but
-for the whitening layer's patch covariance, float32 as on a GPU), no
-`torch.compile` (nor its warm-up run), a wall clock for its CUDA events, its
-tensors on the CPU, and torchvision's `Normalize` written out (PyTorch's CPU
-build has no torchvision that imports beside it). A script that differs
+and nothing else (`PATCHES`): float32 weights, with bfloat16 autocast
+around the forward passes and the loss, no `torch.compile` (nor its warm-up
+run), a wall clock for its CUDA events, its tensors on the CPU, and
+torchvision's `Normalize` written out (PyTorch's CPU build has no
+torchvision that imports beside it). A script that differs
 from the published one is refused in one line, naming what was not found.
 Its data are the recipe's: the same folder (`data.path`), the same held-out
 split, written as the `cifar10/train.pt` and `test.pt` it reads. Each run of
@@ -66,38 +66,39 @@ RUNS = int(os.environ["ANCHOR_RUNS"])
 '''
 # (what the published script holds, what the CPU run needs instead, how many
 # times it is there): each must be found that many times, or the script is refused.
+# bfloat16 autocast around the forward passes and the loss, as PyTorch
+# advises (backward and the optimizers under it, Muon's net did not learn).
+AUTOCAST = "torch.autocast('cpu', dtype=torch.bfloat16)"
 COMMON = [
     ("import torchvision\nimport torchvision.transforms as T\n", "", 1),
     ("torch.cuda.Event(enable_timing=True)", "_WallEvent()", 2),
     ("torch.cuda.synchronize()", "_cpu_synchronize()", None),  # None: at least once
+    ("(self.images.half() / 255)", "(self.images.float() / 255)", 1),
+    ("    with torch.no_grad():\n", f"    with torch.no_grad(), {AUTOCAST}:\n", 1),
 ]
 PATCHES = {
     "airbench94.py": COMMON + [
         ("map_location=torch.device(gpu)", "map_location='cpu'", 1),
-        ("(self.images.half() / 255)", "(self.images.float() / 255)", 1),
         ("net = net.half().cuda()", "net = net.float()", 1),
-        # Its patch covariance in float32, as on a GPU (autocast would take it to bfloat16).
-        ("def get_whitening_parameters(patches):",
-         "@torch.autocast('cpu', enabled=False)\ndef get_whitening_parameters(patches):", 1),
-        ("    accs = torch.tensor([main(run) for run in range(25)])",
-         "    with torch.autocast('cpu', dtype=torch.bfloat16):\n"
-         "        accs = torch.tensor([main(run) for run in range(RUNS)])", 1),
+        ("            outputs = model(inputs)\n            loss = loss_fn(outputs, labels).sum()\n",
+         f"            with {AUTOCAST}:\n                outputs = model(inputs)\n"
+         "                loss = loss_fn(outputs, labels).sum()\n", 1),
+        ("range(25)])", "range(RUNS)])", 1),
     ],
     "airbench94_muon.py": COMMON + [
         ("@torch.compile\ndef zeropower_via_newtonschulz5", "def zeropower_via_newtonschulz5", 1),
         ('map_location=torch.device("cuda")', 'map_location="cpu"', 1),
-        ("(self.images.half() / 255)", "(self.images.float() / 255)", 1),
         ("                mod.half()", "                mod.float()", 1),
-        # Its patch covariance in float32, as on a GPU (autocast would take it to bfloat16).
-        ("    def init_whiten(self, train_images, eps=5e-4):",
-         "    @torch.autocast('cpu', enabled=False)\n"
-         "    def init_whiten(self, train_images, eps=5e-4):", 1),
         ("model = CifarNet().cuda().to(", "model = CifarNet().to(", 1),
         ('    model.compile(mode="max-autotune")\n', "", 1),
         ('    main("warmup", model)\n', "", 1),
-        ("    accs = torch.tensor([main(run, model) for run in range(200)])",
-         "    with torch.autocast('cpu', dtype=torch.bfloat16):\n"
-         "        accs = torch.tensor([main(run, model) for run in range(RUNS)])", 1),
+        ("            outputs = model(inputs, whiten_bias_grad=(step < whiten_bias_train_steps))\n"
+         '            F.cross_entropy(outputs, labels, label_smoothing=0.2, reduction="sum").backward()\n',
+         f"            with {AUTOCAST}:\n"
+         "                outputs = model(inputs, whiten_bias_grad=(step < whiten_bias_train_steps))\n"
+         '                loss = F.cross_entropy(outputs, labels, label_smoothing=0.2, reduction="sum")\n'
+         "            loss.backward()\n", 1),
+        ("range(200)])", "range(RUNS)])", 1),
     ],
 }
 # Where the prelude goes: after the script's `import torch...` block.

@@ -12,7 +12,8 @@ def write_csv(path, columns, rows):
 
 
 def markdown_table(columns, rows, cell=str):
-    """Returns `rows` as a Markdown table; `cell` formats each value."""
+    """Returns `rows` as a Markdown table; `cell` formats each value. (Four
+    lines, where tabulate's "github" format would be one more package.)"""
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row.get(column)) for column in columns) + " |"
               for row in rows]
