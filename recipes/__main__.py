@@ -129,9 +129,16 @@ def main(argv=None):
     return 0
 
 
+_reported_interrupt = False  # set by run_cli
+
+
 def on_unraisable(unraisable):
     # A Ctrl-C that Python dropped (raised in a gc callback or a __del__)
-    # stops training at the next batch (StopAfterInterrupt): no need to print it.
+    # stops training at the next batch (Run's guard): no need to print it. Nor
+    # what a Ctrl-C left half-built and fails as it is collected (TensorFlow's
+    # graph of a function it was tracing), once the interrupt was reported.
+    if _reported_interrupt:
+        return
     error = unraisable.exc_value
     while error is not None:
         if isinstance(error, KeyboardInterrupt):
@@ -166,6 +173,8 @@ def run_cli(argv=None):
             raise
         status, message = found
         print(message, file=sys.stderr)
+        global _reported_interrupt
+        _reported_interrupt = isinstance(error, (KeyboardInterrupt, runs.Interrupted))
         return status
 
 

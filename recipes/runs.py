@@ -448,8 +448,8 @@ class Run:
         """Callbacks to put first in `fit`'s: as training starts (the model built,
         the backup not yet read), the repairs `inspect` found and config.yaml;
         each epoch's random draws from (seed, epoch) (`seed_epoch`); after each
-        batch, a Ctrl-C or SIGTERM that library code swallowed (JAX's gc
-        callback drops what it raises) stops training, and so does a NaN or
+        batch, training or validating, a Ctrl-C or SIGTERM that came during it
+        stops training, and so does a NaN or
         infinite loss (`TrainingDiverged`: Keras' TerminateOnNaN would end
         `fit` as if it had finished); a loss 1000x its lowest is warned about."""
         import keras
@@ -459,7 +459,8 @@ class Run:
         guard = keras.callbacks.LambdaCallback(
             on_train_begin=lambda logs: self._start(),
             on_epoch_begin=lambda epoch, logs: setattr(self, "_epoch", epoch),
-            on_train_batch_end=self._after_batch, on_train_end=lambda logs: self._release())
+            on_train_batch_end=self._after_batch, on_test_batch_end=self._stop_if_interrupted,
+            on_train_end=lambda logs: self._release())
         seeds = keras.callbacks.LambdaCallback(
             on_epoch_begin=lambda epoch, logs: seed_epoch(seeds.model, seed, epoch))
         return [guard, seeds]
@@ -472,18 +473,25 @@ class Run:
                               for number in (signal.SIGINT, signal.SIGTERM)}
 
     def _on_signal(self, number, frame):
+        # Raised here, it could land inside TensorFlow tracing a function, whose
+        # half-built graph then prints a traceback as it is collected: the step
+        # in flight finishes first, and `_after_batch` raises.
         self.interrupted = Terminated() if number == signal.SIGTERM else KeyboardInterrupt()
         self._release()  # a second Ctrl-C is the process's own again
-        raise self.interrupted
+        print("stopping after this step (Ctrl-C again stops at once)", file=sys.stderr,
+              flush=True)
 
     def _release(self):
         for number, handler in self._handlers.items():
             signal.signal(number, handler)
         self._handlers = {}
 
-    def _after_batch(self, batch, logs):
+    def _stop_if_interrupted(self, batch=None, logs=None):
         if self.interrupted is not None:
             raise self.interrupted
+
+    def _after_batch(self, batch, logs):
+        self._stop_if_interrupted()
         if "loss" not in (logs or {}):
             return
         loss, epoch = float(logs["loss"]), self._epoch

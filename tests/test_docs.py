@@ -170,6 +170,7 @@ NOT_RECIPE_COMMANDS = {"setup", "test", "test-fast", "tensorboard", "battery", "
 
 def not_run(words):
     """Whether a shown command is one of NOT_RECIPE_COMMANDS, as make or python -m recipes."""
+    words = list(words)  # all_commands() gives tuples, which never equal a list
     return ((words[0] == "make" and words[1] in NOT_RECIPE_COMMANDS)
             or (words[:3] == ["python", "-m", "recipes"] and words[3] in NOT_RECIPE_COMMANDS))
 # What `make` passes to Python stands in for the interpreter: it prints the
