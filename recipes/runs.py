@@ -466,11 +466,13 @@ class Run:
         return [guard, seeds]
 
     def _start(self):
-        self.state.apply(self.dir, self.config)
-        (self.dir / "status.json").unlink(missing_ok=True)  # a resumed divergence is no longer one
+        # The handlers first: once "run directory:" is printed, a Ctrl-C is the
+        # run's, and a KeyboardInterrupt that library code might drop cannot be lost.
         if threading.current_thread() is threading.main_thread():
             self._handlers = {number: signal.signal(number, self._on_signal)
                               for number in (signal.SIGINT, signal.SIGTERM)}
+        self.state.apply(self.dir, self.config)
+        (self.dir / "status.json").unlink(missing_ok=True)  # a resumed divergence is no longer one
 
     def _on_signal(self, number, frame):
         # Raised here, it could land inside TensorFlow tracing a function, whose
@@ -478,8 +480,10 @@ class Run:
         # in flight finishes first, and `_after_batch` raises.
         self.interrupted = Terminated() if number == signal.SIGTERM else KeyboardInterrupt()
         self._release()  # a second Ctrl-C is the process's own again
-        print("stopping after this step (Ctrl-C again stops at once)", file=sys.stderr,
-              flush=True)
+        try:  # os.write: print could be a reentrant call into the stream in use
+            os.write(2, b"stopping after this step (Ctrl-C again stops at once)\n")
+        except OSError:
+            pass
 
     def _release(self):
         for number, handler in self._handlers.items():
