@@ -481,7 +481,8 @@ class Run:
         self.interrupted = Terminated() if number == signal.SIGTERM else KeyboardInterrupt()
         self._release()  # a second Ctrl-C is the process's own again
         try:  # os.write: print could be a reentrant call into the stream in use
-            os.write(2, b"stopping after this step (Ctrl-C again stops at once)\n")
+            os.write(2, b"stopping after this step (%s again stops at once)\n" % (
+                b"SIGTERM" if number == signal.SIGTERM else b"Ctrl-C"))
         except OSError:
             pass
 
