@@ -16,12 +16,13 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe notebooks copy anchor sweep compare compare-sizes benchmark benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak battery test test-fast tensorboard clean
+.PHONY: help setup list show recipe notebooks wheel copy anchor sweep compare compare-sizes benchmark benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak battery test test-fast tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
 	@echo "make notebooks                                     notebooks/<recipe>.ipynb, written from each recipe's file"
-	@echo "make copy NAME=<recipe> DIR=<folder>               the recipe and the files it needs, copied into a folder"
+	@echo "make wheel                                         dist/*.whl: the kit, to pip install elsewhere (Colab)"
+	@echo "make copy NAME=<recipe> DIR=<folder>               the recipe and the kit's files it imports, copied into a folder"
 	@echo "make anchor SCRIPT=<airbench94*.py> DATA=<cifar10> [RUNS=3]  cifar10-airbench beside the recipe, this CPU"
 	@echo "make recipe-multiworker NAME=<recipe> [WORKERS=2] [ARGS=...] train on N local worker processes"
 	@echo "make sweep NAME=<recipe> GRID=\"k=[a,b] ...\" [ARGS=...] every combination, with a results table"
@@ -49,11 +50,14 @@ help:
 
 setup: $(INSTALLED)
 
-$(INSTALLED): requirements.txt requirements-no-tf.txt requirements-jax.txt requirements-$(BUILD).txt constraints.txt
+# The pinned stack from the requirements files, then the kit itself (pyproject.toml),
+# editable: its `recipes` command and every edit of the checkout are live in .venv.
+$(INSTALLED): requirements.txt requirements-no-tf.txt requirements-jax.txt requirements-$(BUILD).txt constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip uninstall --quiet --yes $(OTHER_TF) >/dev/null 2>&1 || true
 	$(PY) -m pip install --quiet -r requirements-$(BUILD).txt -c constraints.txt
+	$(PY) -m pip install --quiet --no-deps --editable .
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -73,13 +77,18 @@ recipe: $(INSTALLED)
 notebooks: $(INSTALLED)
 	@$(PY) -m recipes notebooks
 
+# dist/keras_course_recipes-*.whl: the kit as one file, to install where no clone is (Colab).
+wheel: $(INSTALLED)
+	@$(PY) -m pip wheel --quiet --no-deps . -w dist
+	@ls dist/keras_course_recipes-*.whl
+
 copy: $(INSTALLED)
 	@test -n "$(NAME)" -a -n "$(DIR)" || { echo "usage: make copy NAME=<recipe> DIR=<folder>"; exit 2; }
 	@$(PY) -m recipes copy $(NAME) $(DIR)
 
 # Your copy of cifar10-airbench's airbench94.py or airbench94_muon.py, patched
 # for a CPU, beside densenet_cifar10_cpu (or NAME) on the same images and
-# split, RUNS times each; needs requirements-anchor.txt. Not a test: it reports.
+# split, RUNS times each; needs requirements-torch.txt. Not a test: it reports.
 anchor: $(INSTALLED)
 	@test -n "$(SCRIPT)" -a -n "$(DATA)" || { echo "usage: make anchor SCRIPT=airbench94_muon.py DATA=<folder with train/> [RUNS=3] [NAME=...] [ARGS=...]"; exit 2; }
 	@$(PY) -m recipes anchor $(or $(NAME),densenet_cifar10_cpu) --script $(SCRIPT) \

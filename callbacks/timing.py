@@ -16,14 +16,14 @@ def execution_mode(model):
 
     A model that compiles its network's steps apart from the functions of
     `fit`, `evaluate` and `predict` (`recipes.augment.AugmentedModel`) says so in
-    `step_jit_compile`. On JAX a step that is not jit-compiled runs op by op:
-    eager.
+    `step_jit_compile`. On JAX and torch a step that is not jit-compiled runs
+    op by op: eager (on torch, `xla` is Keras' jit_compile: torch.compile).
     """
     if model.run_eagerly:
         return "eager"
     if getattr(model, "step_jit_compile", model.jit_compile):
         return "xla"
-    return "eager" if keras.backend.backend() == "jax" else "graph"
+    return "graph" if keras.backend.backend() == "tensorflow" else "eager"
 
 
 # Keys this callback adds to the epoch logs, so that TensorBoard, the CSV

@@ -23,7 +23,10 @@ import yaml
 from recipes.runs import RUNS_DIR, UserError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-CONFIGS_DIR = PACKAGE_DIR.parent / "configs"
+# The YAML recipes: configs/ beside this package in a checkout (and an editable
+# install), recipes/configs/ inside it where the kit is installed from a wheel.
+CONFIGS_DIR = next((folder for folder in (PACKAGE_DIR / "configs", PACKAGE_DIR.parent / "configs")
+                    if folder.is_dir()), PACKAGE_DIR.parent / "configs")
 # The recipe modules: each has `build(config)` and `run(config)`
 # (tests/test_layout.py keeps this list and the folder in step).
 MODULES = ("cifar10_cnn", "densenet_cifar10_cpu", "densenet_cifar100", "graph_lessons",

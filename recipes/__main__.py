@@ -68,7 +68,8 @@ def commands(names=None):
 def build_parser(found=None):
     """The command line's parser: a subcommand for each of `found` (every command's)."""
     parser = argparse.ArgumentParser(
-        prog="python -m recipes",
+        # `recipes` where the kit's command runs it, `python -m recipes` otherwise.
+        prog="python -m recipes" if sys.argv[0].endswith("__main__.py") else None,
         description="Train Keras 3 recipes in eager, graph or XLA mode.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in (found or commands()).values():
@@ -98,8 +99,8 @@ def main(argv=None):
     command = found[arguments.pop("command")]
     if not (command.without_tensorflow or _environment.has_tensorflow()):
         raise UserError(f"{command.name} needs TensorFlow, which is not installed here; "
-                        "without it, `run NAME execution.backend=jax` trains the recipes "
-                        "that run on JAX (docs/backends.md).")
+                        "without it, `run NAME execution.backend=jax` (or torch) trains the "
+                        "recipes that run on JAX and PyTorch (docs/backends.md).")
     if extra and (not command.on_recipe or any(item.startswith("-") for item in extra)):
         cli.error(f"unrecognized arguments: {' '.join(extra)}")
     if not command.on_recipe:
@@ -120,31 +121,14 @@ def main(argv=None):
     options, arguments["overrides"] = command.split(items)
     config = _config.resolve(args.name, args.config_files, arguments["overrides"],
                              announce=lambda line: None)
-    if command.jax_refusal and config["execution"]["backend"] == "jax":
-        raise UserError(f"{command.name} does not take execution.backend=jax: "
-                        f"{command.jax_refusal}.")
+    backend = config["execution"]["backend"]
+    if command.tensorflow_only and backend != "tensorflow":
+        raise UserError(f"{command.name} does not take execution.backend={backend}: "
+                        f"{command.tensorflow_only}.")
     _environment.request_backend(config)
     _environment.request_onednn(config)
     command.run(**arguments, **options)
     return 0
-
-
-_reported_interrupt = False  # set by run_cli
-
-
-def on_unraisable(unraisable):
-    # A Ctrl-C that Python dropped (raised in a gc callback or a __del__)
-    # stops training at the next batch (Run's guard): no need to print it. Nor
-    # what a Ctrl-C left half-built and fails as it is collected (TensorFlow's
-    # graph of a function it was tracing), once the interrupt was reported.
-    if _reported_interrupt:
-        return
-    error = unraisable.exc_value
-    while error is not None:
-        if isinstance(error, KeyboardInterrupt):
-            return
-        error = error.__context__
-    sys.__unraisablehook__(unraisable)
 
 
 def exit_status(error):
@@ -173,13 +157,16 @@ def run_cli(argv=None):
             raise
         status, message = found
         print(message, file=sys.stderr)
-        global _reported_interrupt
-        _reported_interrupt = isinstance(error, (KeyboardInterrupt, runs.Interrupted))
+        runs.note_reported(error)
         return status
 
 
-if __name__ == "__main__":
-    sys.unraisablehook = on_unraisable
+def entry_point():
+    """`python -m recipes` and the `recipes` command that installing the kit adds."""
     with runs.signals_and_output():
         status = run_cli()
     sys.exit(status)
+
+
+if __name__ == "__main__":
+    entry_point()

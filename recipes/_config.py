@@ -10,6 +10,7 @@ keys, values of the wrong type and numbers out of their range are
 """
 
 import copy
+import os
 from pathlib import Path
 
 import yaml
@@ -27,8 +28,8 @@ DEFAULTS = {
         "lr": 1e-3,
     },
     "execution": {
-        "backend": "tensorflow",  # tensorflow | jax: Keras' backend, set before Keras is imported
-        "mode": None,  # eager | graph | xla; null: the backend's compiled step (graph; jax: xla)
+        "backend": "tensorflow",  # tensorflow | jax | torch: Keras' backend (KERAS_BACKEND sets it too)
+        "mode": None,  # eager | graph | xla; null: Keras' default step (graph; jax: xla; torch: eager)
         "steps_per_execution": 1,
         "precision": "float32",  # float32 | mixed_float16 | mixed_bfloat16
         "seed": 0,
@@ -52,7 +53,7 @@ DEFAULTS = {
 }
 # Beside runs.TYPES, runs.CHOICES and runs.LIMITS: the keys only this command has.
 TYPES = {"callbacks.profile": (str, int, list), "execution.devices": str}
-CHOICES = {"execution.backend": ["tensorflow", "jax"],
+CHOICES = {"execution.backend": ["tensorflow", "jax", "torch"],
            "execution.strategy": ["none", "mirrored", "multi_worker"],
            # What every recipe logs: a metric it does not log could never pick a best epoch.
            "callbacks.monitor": ["val_accuracy", "val_loss", "accuracy", "loss"]}
@@ -85,16 +86,18 @@ def resolve(name, config_files=(), overrides=(), announce=print):
         raise UserError(f"{source}: unknown section {unknown[0]}; sections are "
                         f"{', '.join(DEFAULTS)}.")
     layers = [CONFIGS_DIR / f"{name}.yaml"] if name != module else []
+    layers = [(f"in {path}", _read_yaml(path, module)) for path in [*layers, *map(Path, config_files)]]
+    if os.environ.get("KERAS_BACKEND"):  # Keras' own switch, below the command line's
+        layers.append(("in the environment variable KERAS_BACKEND",
+                       {"execution": {"backend": os.environ["KERAS_BACKEND"]}}))
     config = runs.resolve(
-        name, defaults(module), recipe_config,
-        layers=[(f"in {path}", _read_yaml(path, module)) for path in [*layers, *map(Path, config_files)]],
-        overrides=overrides, schema=recipe_schema(module), announce=announce, types=TYPES,
-        choices=CHOICES, limits=LIMITS, origin=f"in {source}'s CONFIG")
-    execution = config["execution"]
-    if execution["mode"] is None:
-        execution["mode"] = runs.COMPILED_MODE[execution["backend"]]
-    if execution["backend"] == "jax":
-        _check_jax(module, config)
+        name, defaults(module), recipe_config, layers=layers, overrides=overrides,
+        schema=recipe_schema(module), announce=announce, types=TYPES, choices=CHOICES,
+        limits=LIMITS, origin=f"in {source}'s CONFIG")
+    backend = config["execution"]["backend"]
+    if backend != "tensorflow":
+        _check_backend(module, config)
+    runs.resolve_mode(config["execution"], backend)
     _check_together(config)
     return config
 
@@ -127,14 +130,12 @@ TENSORFLOW_ONLY_RECIPES = {
 }
 
 
-def _check_jax(module, config):
-    """Refuses, before anything runs, what `execution.backend=jax` cannot do:
+def _check_backend(module, config):
+    """Refuses, before anything runs, what Keras on JAX or torch cannot do:
     each of these is TensorFlow's own."""
-    execution, callbacks = config["execution"], config["callbacks"]
+    execution, callbacks, backend = config["execution"], config["callbacks"], config["execution"]["backend"]
     refused = [
         (module in TENSORFLOW_ONLY_RECIPES, TENSORFLOW_ONLY_RECIPES.get(module)),
-        (execution["mode"] == "graph",
-         "execution.mode=graph, a tf.function (under jax: execution.mode=xla, jax.jit, or eager)"),
         (execution["strategy"] != "none", f"execution.strategy={execution['strategy']}, "
                                           "tf.distribute"),
         (callbacks["graph"], "callbacks.graph, the TensorBoard graph writer"),
@@ -145,8 +146,9 @@ def _check_jax(module, config):
     ]
     for refuse, feature in refused:
         if refuse:
-            raise UserError(f"execution.backend=jax cannot run {feature}: it is TensorFlow's. "
-                            "Drop execution.backend=jax (TensorFlow is the default).")
+            raise UserError(f"execution.backend={backend} cannot run {feature}: it is "
+                            f"TensorFlow's. Drop execution.backend={backend} (TensorFlow is the "
+                            "default).")
 
 
 def recipe_schema(module):

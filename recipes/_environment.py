@@ -4,7 +4,6 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
-import resource
 import sys
 from pathlib import Path
 
@@ -48,9 +47,10 @@ def request_backend(config):
     """
     wanted = config["execution"]["backend"]
     if not installed(wanted):
+        how = ("pip install -r requirements-torch.txt (PyTorch's CPU build)" if wanted == "torch"
+               else "run make setup (requirements.txt installs requirements-jax.txt too)")
         raise UserError(f"execution.backend={wanted} needs {wanted}, which is not installed "
-                        "in this environment: run make setup (requirements.txt installs "
-                        "requirements-jax.txt too).")
+                        f"in this environment: {how}.")
     if "keras" not in sys.modules:
         os.environ["KERAS_BACKEND"] = wanted
         return
@@ -73,17 +73,27 @@ def has_tensorflow():
 
 
 def backend():
-    """The backend Keras runs on: "tensorflow" or "jax"."""
+    """The backend Keras runs on: "tensorflow", "jax" or "torch"."""
     import keras
 
     return keras.backend.backend()
 
 
 def gpus():
-    """The names of the GPUs that Keras' backend computes on (recipes/augment.py's)."""
-    from recipes import augment  # imports Keras
+    """The names of the GPUs that Keras' backend computes on."""
+    name = backend()
+    if name == "jax":
+        import jax
 
-    return augment.gpus()
+        return [device.device_kind for device in jax.devices() if device.platform == "gpu"]
+    if name == "torch":
+        import torch
+
+        return [torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())]
+    import tensorflow as tf
+
+    return [tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
+            for gpu in tf.config.list_physical_devices("GPU")]
 
 
 def versions():
@@ -93,7 +103,8 @@ def versions():
         import tensorflow as tf
 
         found["tensorflow"] = tf.__version__  # installed as tensorflow-cpu or tensorflow
-    for package in ("keras", "keras-cv", *(("jax", "jaxlib") if backend() == "jax" else ())):
+    extra = {"jax": ("jax", "jaxlib"), "torch": ("torch",)}.get(backend(), ())
+    for package in ("keras", "keras-cv", *extra):
         try:
             found[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
@@ -107,11 +118,16 @@ def device_info():
     return {"backend": backend(), "gpus": gpus(), "cpu": name,
             # Two CPUs named "AMD EPYC" with the same features can differ 1.8x in speed.
             "cpu_generation": generation,
-            "cpu_cores": len(os.sched_getaffinity(0)),
+            "cpu_cores": cpu_cores(),
             "cpu_features": [feature for feature in CPU_FEATURES if feature in flags],
             # Unset: TensorFlow's choice (oneDNN kernels with AVX-512 VNNI or newer).
             "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
             "platform": platform.platform()}
+
+
+def cpu_cores():
+    """The cores this process may run on (Linux's affinity; elsewhere every core)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def device_label(device):
@@ -148,6 +164,10 @@ def peak_rss_mb():
                 return int(line.split()[1]) / 1024  # kB
     except OSError:
         pass  # no /proc
+    try:
+        import resource  # POSIX only
+    except ImportError:
+        return None  # Windows: not measured
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

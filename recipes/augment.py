@@ -26,7 +26,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from recipes import data
+from recipes import _environment, data
 from recipes.runs import UserError
 
 # The data section's keys for a recipe that augments (read as a literal by recipes/runs.py).
@@ -336,25 +336,14 @@ def _parse(entry):
                     "{name: {parameter: value}}, e.g. {randaugment: {magnitude: 0.3}}.")
 
 
-def gpus():
-    """The names of the GPUs that Keras' backend computes on."""
-    if keras.backend.backend() == "jax":
-        import jax
-
-        return [device.device_kind for device in jax.devices() if device.platform == "gpu"]
-    import tensorflow as tf
-
-    return [tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
-            for gpu in tf.config.list_physical_devices("GPU")]
-
-
 def placement(augment_on, engine):
     """Where `data.augment_on` runs augmentation here: `device` or `host`; keras-cv's
     layers, TensorFlow code, are refused in a JAX training step."""
     if augment_on == "auto":
-        augment_on = "host" if data.HAS_TENSORFLOW and not gpus() else "device"
-    if augment_on == "device" and engine == "keras_cv" and keras.backend.backend() == "jax":
-        raise UserError("keras-cv's layers are TensorFlow code: they cannot run in a JAX "
+        augment_on = "host" if data.HAS_TENSORFLOW and not _environment.gpus() else "device"
+    backend = keras.backend.backend()
+    if augment_on == "device" and engine == "keras_cv" and backend != "tensorflow":
+        raise UserError(f"keras-cv's layers are TensorFlow code: they cannot run in a {backend} "
                         "training step (data.augment_on=device). Set data.augment_engine=keras, "
                         "Keras core's layers, or data.augment_on=host (tf.data).")
     return augment_on
@@ -362,7 +351,7 @@ def placement(augment_on, engine):
 
 # ## Augmentation in the training step
 
-JAX = keras.backend.backend() == "jax"
+JAX, TENSORFLOW = (keras.backend.backend() == name for name in ("jax", "tensorflow"))
 
 
 @keras.saving.register_keras_serializable(package="models")  # the name saved files hold
@@ -395,6 +384,7 @@ class AugmentedModel(keras.Model):
             raise ValueError(f"`network` must be built, received: network={network.name} "
                              "(unbuilt)")
         self.network, self.augment = network, augment
+        self._augment_batch = augment  # on TensorFlow, a tf.function of it once compiled
         if JAX and augment is not None:
             self.augment_layers = list(augment.layers)
         self.step_jit_compile = False
@@ -413,8 +403,8 @@ class AugmentedModel(keras.Model):
     def compile(self, *args, **kwargs):
         super().compile(*args, **kwargs)
         self.step_jit_compile = self.jit_compile  # as Keras resolved it
-        if JAX:
-            return  # one jitted step, augmentation included: Keras core's layers compile
+        if not TENSORFLOW:
+            return  # one step (jax.jit, torch.compile), augmentation included: Keras core's layers compile
         # Compiled again with jit_compile=False, fit's functions stay plain
         # graphs, and call the network's steps compiled.
         super().compile(*args, **{**kwargs, "jit_compile": False})
@@ -434,14 +424,14 @@ class AugmentedModel(keras.Model):
 
     def _set_network_steps(self, jit_compile):
         steps = (super().train_step, super().test_step, super().predict_step)
-        if jit_compile and not JAX:
+        if jit_compile and TENSORFLOW:
             import tensorflow as tf
 
             steps = [tf.function(step, jit_compile=True) for step in steps]
         self._network_train, self._network_test, self._network_predict = steps
 
     def train_step(self, *step_args):
-        # TensorFlow calls train_step(data); JAX calls train_step(state, data).
+        # TensorFlow and torch call train_step(data); JAX calls train_step(state, data).
         if JAX:
             return self._jax_train_step(*step_args)
         data, = step_args

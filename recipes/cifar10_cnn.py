@@ -16,24 +16,31 @@ rising: short of the example's 75% on 10% fewer training images
     make recipe NAME=cifar10_cnn
     make recipe NAME=cifar10_cnn ARGS="execution.mode=xla data.source=synthetic train.epochs=1"
 
-Copy it out with models/simple_cnn.py, recipes/data.py, recipes/augment.py,
-recipes/runs.py and callbacks/timing.py in those folders beside it (and
-recipes/folder.py for data.source=folder), and it trains on its own,
-checking each `key=value` as the repository does; `run.dir=DIR` resumes a
-run:
+Copy this file anywhere the kit is installed (`pip install` this
+repository, README), and it trains on its own, checking each
+`key=value` as the repository does; `run.dir=DIR` resumes a run:
 
     python cifar10_cnn.py data.source=synthetic train.epochs=1
 """
 
 # ## Setup
+# The kit this recipe runs on, the keras-course-recipes package: its run
+# directory, checks, lock and resume, the data pipeline, the model's builder
+# and the Timing callback. `recipes` first: from its import on, a Ctrl-C at
+# any moment stops the run with one line.
 from pathlib import Path
 from types import SimpleNamespace
 
-import keras
+try:
+    from recipes import augment, data, runs
+    from callbacks.timing import Timing
+    from models.simple_cnn import simple_cnn
+except ImportError as missing:  # the kit is not installed where this Python runs
+    raise SystemExit(f"{missing}: this recipe runs on its kit, the keras-course-recipes "
+                     "package: pip install it where this Python runs (its README says "
+                     "how).") from None
 
-from callbacks.timing import Timing
-from models.simple_cnn import simple_cnn
-from recipes import augment, data, runs
+import keras
 
 # ## Configuration
 # What this recipe trains with, each value with its reason. `key=value` on the

@@ -19,25 +19,32 @@ figures on one. The DenseNet measured on a CPU is `densenet_cifar10_cpu`
     make recipe NAME=densenet_cifar100 ARGS="model.variant=densenet40_k12 model.api=sequential"
     make recipe NAME=densenet_cifar100_modern          # cosine, label smoothing, RandAugment, CutMix
 
-Copy it out with models/densenet.py, recipes/data.py, recipes/augment.py,
-recipes/runs.py and callbacks/timing.py in those folders beside it (and
-recipes/folder.py for data.source=folder), and it trains on its own,
-checking each `key=value` as the repository does; `run.dir=DIR` resumes a
-run:
+Copy this file anywhere the kit is installed (`pip install` this
+repository, README), and it trains on its own, checking each
+`key=value` as the repository does; `run.dir=DIR` resumes a run:
 
     python densenet_cifar100.py data.source=synthetic train.epochs=1 model.depth=40
 """
 
 # ## Setup
+# The kit this recipe runs on, the keras-course-recipes package: its run
+# directory, checks, lock and resume, the data pipeline, the model's builder
+# and the Timing callback. `recipes` first: from its import on, a Ctrl-C at
+# any moment stops the run with one line.
 from pathlib import Path
 from types import SimpleNamespace
 
+try:
+    from recipes import augment, data, runs
+    from callbacks.timing import Timing
+    from models.densenet import densenet, variant_spec
+except ImportError as missing:  # the kit is not installed where this Python runs
+    raise SystemExit(f"{missing}: this recipe runs on its kit, the keras-course-recipes "
+                     "package: pip install it where this Python runs (its README says "
+                     "how).") from None
+
 import keras
 from keras import ops
-
-from callbacks.timing import Timing
-from models.densenet import densenet, variant_spec
-from recipes import augment, data, runs
 
 # ## Configuration
 # What this recipe trains with, each value with its reason. `key=value` on the

@@ -36,26 +36,33 @@ linear schedule, 11 epochs), read 95.06% and 95.20% in 34 minutes on EPYC-Zen5.
 airbench keeps its whole method in one file; so does this recipe, but for
 the network, whose module holds its layers and the test-time views.
 
-Copy it out with models/densenet_whitened.py, recipes/data.py,
-recipes/augment.py, recipes/runs.py and callbacks/timing.py in those folders
-beside it (and recipes/folder.py for data.source=folder), and it trains on
-its own, checking each `key=value` as the repository does; `run.dir=DIR`
-resumes a run:
+Copy this file anywhere the kit is installed (`pip install` this
+repository, README), and it trains on its own, checking each
+`key=value` as the repository does; `run.dir=DIR` resumes a run:
 
     python densenet_cifar10_cpu.py data.source=synthetic train.epochs=1
 """
 
 # ## Setup
+# The kit this recipe runs on, the keras-course-recipes package: its run
+# directory, checks, lock and resume, the data pipeline, the model's builder
+# and the Timing callback. `recipes` first: from its import on, a Ctrl-C at
+# any moment stops the run with one line.
 from pathlib import Path
 from types import SimpleNamespace
+
+try:
+    from recipes import augment, data, runs
+    from callbacks.timing import Timing
+    from models.densenet_whitened import densenet_whitened, test_time_views, view_metrics
+except ImportError as missing:  # the kit is not installed where this Python runs
+    raise SystemExit(f"{missing}: this recipe runs on its kit, the keras-course-recipes "
+                     "package: pip install it where this Python runs (its README says "
+                     "how).") from None
 
 import keras
 import numpy as np
 from keras import ops
-
-from callbacks.timing import Timing
-from models.densenet_whitened import densenet_whitened, test_time_views, view_metrics
-from recipes import augment, data, runs
 
 # ## Configuration
 # What this recipe trains with, each value with its reason. `key=value` on the

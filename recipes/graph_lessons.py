@@ -23,27 +23,35 @@ commands; docs/tf-function.md has them and the timings.
     make recipe NAME=graph_lessons
     make compare NAME=graph_lessons ARGS="modes=eager,graph,loop_eager,loop_function,loop_epoch"
 
-Copy it out with models/rnn.py, recipes/data.py, recipes/runs.py and
-callbacks/timing.py in those folders beside it (and recipes/folder.py for
-data.source=folder), and it runs on its own, checking each `key=value` as
-the repository does; `run.dir=DIR` resumes a run:
+Copy this file anywhere the kit is installed (`pip install` this
+repository, README), and it runs on its own, checking each
+`key=value` as the repository does; `run.dir=DIR` resumes a run:
 
     python graph_lessons.py data.source=synthetic train.epochs=1
 """
 
 # ## Setup
+# The kit this recipe runs on, the keras-course-recipes package: its run
+# directory, checks, lock and resume, the data pipeline, the model's builder
+# and the Timing callback. `recipes` first: from its import on, a Ctrl-C at
+# any moment stops the run with one line.
 import contextlib
 import io
 import json
 from pathlib import Path
 from types import SimpleNamespace
 
+try:
+    from recipes import data, runs
+    from callbacks.timing import Timing
+    from models.rnn import row_lstm
+except ImportError as missing:  # the kit is not installed where this Python runs
+    raise SystemExit(f"{missing}: this recipe runs on its kit, the keras-course-recipes "
+                     "package: pip install it where this Python runs (its README says "
+                     "how).") from None
+
 import keras
 import tensorflow as tf
-
-from callbacks.timing import Timing
-from models.rnn import row_lstm
-from recipes import data, runs
 
 # ## Configuration
 # What this recipe trains with, each value with its reason. `key=value` on the

@@ -11,23 +11,31 @@ Measured: 99.25% on 6,000 held-out MNIST training digits after 12 epochs, in
     make recipe NAME=mnist_cnn
     make recipe NAME=fashion_mnist_cnn ARGS="execution.mode=xla"
 
-Copy it out with models/mnist_cnn.py, recipes/data.py, recipes/runs.py and
-callbacks/timing.py in those folders beside it (and recipes/folder.py for
-data.source=folder), and it trains on its own, checking each `key=value` as
-the repository does; `run.dir=DIR` resumes a run:
+Copy this file anywhere the kit is installed (`pip install` this
+repository, README), and it trains on its own, checking each
+`key=value` as the repository does; `run.dir=DIR` resumes a run:
 
     python mnist_cnn.py data.source=synthetic train.epochs=1
 """
 
 # ## Setup
+# The kit this recipe runs on, the keras-course-recipes package: its run
+# directory, checks, lock and resume, the data pipeline, the model's builder
+# and the Timing callback. `recipes` first: from its import on, a Ctrl-C at
+# any moment stops the run with one line.
 from pathlib import Path
 from types import SimpleNamespace
 
-import keras
+try:
+    from recipes import data, runs
+    from callbacks.timing import Timing
+    from models.mnist_cnn import mnist_cnn
+except ImportError as missing:  # the kit is not installed where this Python runs
+    raise SystemExit(f"{missing}: this recipe runs on its kit, the keras-course-recipes "
+                     "package: pip install it where this Python runs (its README says "
+                     "how).") from None
 
-from callbacks.timing import Timing
-from models.mnist_cnn import mnist_cnn
-from recipes import data, runs
+import keras
 
 # ## Configuration
 # What this recipe trains with, each value with its reason. `key=value` on the

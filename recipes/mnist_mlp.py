@@ -12,26 +12,31 @@ Measured: 98.47% on 6,000 held-out MNIST training digits after 20 epochs, in
 
     make recipe NAME=mnist_mlp ARGS="execution.mode=eager train.epochs=2"
 
-Copy it out with models/mlp.py, recipes/data.py, recipes/runs.py and
-callbacks/timing.py in those folders beside it (and recipes/folder.py for
-data.source=folder), and it trains on its own, checking each `key=value` as
-the repository does; `run.dir=DIR` resumes a run:
+Copy this file anywhere the kit is installed (`pip install` this
+repository, README), and it trains on its own, checking each
+`key=value` as the repository does; `run.dir=DIR` resumes a run:
 
     python mnist_mlp.py data.source=synthetic train.epochs=1
 """
 
 # ## Setup
-# Keras, and the repository's files this recipe takes along: the model's
-# builder, the data pipeline, the command line and run directory, and the
-# Timing callback.
+# The kit this recipe runs on, the keras-course-recipes package: its run
+# directory, checks, lock and resume, the data pipeline, the model's builder
+# and the Timing callback. `recipes` first: from its import on, a Ctrl-C at
+# any moment stops the run with one line.
 from pathlib import Path
 from types import SimpleNamespace
 
-import keras
+try:
+    from recipes import data, runs
+    from callbacks.timing import Timing
+    from models.mlp import mlp
+except ImportError as missing:  # the kit is not installed where this Python runs
+    raise SystemExit(f"{missing}: this recipe runs on its kit, the keras-course-recipes "
+                     "package: pip install it where this Python runs (its README says "
+                     "how).") from None
 
-from callbacks.timing import Timing
-from models.mlp import mlp
-from recipes import data, runs
+import keras
 
 # ## Configuration
 # What this recipe trains with, each value with its reason. `key=value` on the

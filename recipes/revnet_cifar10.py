@@ -22,24 +22,31 @@ docs/revnet.md).
     make recipe NAME=revnet_cifar100 ARGS="model.variant=revnet110"
     make memory NAME=revnet_cifar10
 
-Copy it out with models/revnet.py, recipes/data.py, recipes/augment.py,
-recipes/runs.py and callbacks/timing.py in those folders beside it (and
-recipes/folder.py for data.source=folder), and it trains on its own,
-checking each `key=value` as the repository does; `run.dir=DIR` resumes a
-run:
+Copy this file anywhere the kit is installed (`pip install` this
+repository, README), and it trains on its own, checking each
+`key=value` as the repository does; `run.dir=DIR` resumes a run:
 
     python revnet_cifar10.py data.source=synthetic train.epochs=1 model.variant=revnet38
 """
 
 # ## Setup
+# The kit this recipe runs on, the keras-course-recipes package: its run
+# directory, checks, lock and resume, the data pipeline, the model's builder
+# and the Timing callback. `recipes` first: from its import on, a Ctrl-C at
+# any moment stops the run with one line.
 from pathlib import Path
 from types import SimpleNamespace
 
-import keras
+try:
+    from recipes import augment, data, runs
+    from callbacks.timing import Timing
+    from models.revnet import revnet, variant_spec
+except ImportError as missing:  # the kit is not installed where this Python runs
+    raise SystemExit(f"{missing}: this recipe runs on its kit, the keras-course-recipes "
+                     "package: pip install it where this Python runs (its README says "
+                     "how).") from None
 
-from callbacks.timing import Timing
-from models.revnet import revnet, variant_spec
-from recipes import augment, data, runs
+import keras
 
 # ## Configuration
 # What this recipe trains with, each value with its reason. `key=value` on the

@@ -16,7 +16,6 @@ import copy
 import csv
 import datetime
 import difflib
-import fcntl
 import hashlib
 import json
 import math
@@ -28,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 
+import filelock
 import yaml
 
 RUNS_DIR = Path("runs")  # relative to where the command runs
@@ -60,7 +60,11 @@ DEFAULTS = {"run": {
     "dir": None,  # None: runs/NAME/<timestamp>; an existing run's resumes it
     "verbose": "auto",  # auto | 0 | 1 | 2, as model.fit's; auto: 1 on a terminal, else 2
 }}
-COMPILED_MODE = {"tensorflow": "graph", "jax": "xla"}  # `execution.mode: null` on each backend
+# The execution modes each Keras backend has, and what `execution.mode: null` means there: Keras'
+# own default step (on torch, Keras compiles only with jit_compile=True, which runs torch.compile).
+BACKEND_MODES = {"tensorflow": ("eager", "graph", "xla"), "jax": ("eager", "xla"),
+                 "torch": ("eager", "xla")}
+COMPILED_MODE = {"tensorflow": "graph", "jax": "xla", "torch": "eager"}
 # Types a key's default does not show (a key whose default is None also takes null).
 TYPES = {"data.dir": str, "data.path": str, "train.steps_per_epoch": int, "run.dir": str,
          "run.verbose": (str, int), "execution.mode": str, "execution.onednn": bool}
@@ -104,12 +108,13 @@ TYPE_NAMES = {bool: "true/false", int: "an integer", float: "a number", str: "a 
 
 
 def resolve(name, defaults, config, layers=(), overrides=(), schema=None, announce=None,
-            types=None, choices=None, limits=None, origin=None):
+            types=None, choices=None, limits=None, origin=None, declared=None):
     """Recipe `name`'s settings, `recipe: name` first: `defaults` < its `config`
-    (written `origin`), which may add keys, typed by their value or by `schema`
-    (a type's name, or a list of choices) < each `(origin, mapping)` of
-    `layers` < the `key=value` overrides, each told to `announce`. Every value
-    is `check`ed; `types`, `choices` and `limits` add to this module's tables."""
+    (written `origin`), which may add the keys `declared` (the CONFIG as written;
+    default: `config`) has, typed by their value or by `schema` (a type's name,
+    or a list of choices) < each `(origin, mapping)` of `layers` < the
+    `key=value` overrides, each told to `announce`. Every value is `check`ed;
+    `types`, `choices` and `limits` add to this module's tables."""
     tree = copy.deepcopy(defaults)
     types, choices = {**TYPES, **(types or {})}, {**CHOICES, **(choices or {})}
     limits = {**LIMITS, **(limits or {})}
@@ -126,8 +131,9 @@ def resolve(name, defaults, config, layers=(), overrides=(), schema=None, announ
                 limits.get(key) or LIMITS_BY_NAME.get(key.rpartition(".")[2]))
 
     known = {key: entry(key, value) for key, value in flatten(tree).items()}
-    for key, value in flatten(config).items():
+    for key, value in flatten(config if declared is None else declared).items():
         known.setdefault(key, entry(key, value, null=True))  # a key of the recipe's own
+    for key, value in flatten(config).items():
         set_key(tree, key, check(known, key, value, origin or f"in {name}.py's CONFIG"))
     known = {key: entry(key, value) for key, value in flatten(tree).items()}
     items = [(origin, key, value) for origin, layer in layers
@@ -245,12 +251,50 @@ def set_key(tree, dotted, value):
 def module_literal(path, name, default=None):
     """The literal assigned to `name` in the Python file `path`, read without
     importing it (the data module imports Keras)."""
-    for node in ast.parse(Path(path).read_text()).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == name:
-            return ast.literal_eval(node.value)
-    if default is None:
+    found = source_literal(Path(path).read_text(), name)
+    if found is None and default is None:
         raise UserError(f"{path} has no {name} literal.")
-    return default
+    return default if found is None else found
+
+
+def source_literal(source, name):
+    """The literal last assigned to `name` at the top level of Python `source`, or None."""
+    nodes = [node for node in ast.parse(source).body if isinstance(node, ast.Assign)
+             and getattr(node.targets[0], "id", None) == name]
+    return ast.literal_eval(nodes[-1].value) if nodes else None
+
+
+def declared_config(caller):
+    """The CONFIG literal as it is written, in the file that calls `main` (namespace
+    `caller`) or the notebook cell that last assigned it: the keys a recipe adds. A
+    key set afterwards (`CONFIG["train"]["epoch"] = 1`) is checked against it."""
+    path = caller.get("__file__")
+    if path and Path(path).is_file():
+        return module_literal(path, "CONFIG", default={}) or None
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    if shell is None:
+        return None
+    from IPython.core.inputtransformer2 import TransformerManager  # %magics to Python
+
+    for cell in reversed(shell.user_ns.get("In", [])):
+        try:
+            found = source_literal(TransformerManager().transform_cell(cell), "CONFIG")
+        except (SyntaxError, ValueError):  # not Python, or a CONFIG that is no literal
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+def resolve_mode(execution, backend):
+    """Sets `execution.mode` (null: `COMPILED_MODE`'s) to a mode `backend` has, or
+    refuses it: a tf.function (graph) exists on TensorFlow only."""
+    execution["mode"] = execution["mode"] or COMPILED_MODE[backend]
+    if execution["mode"] not in BACKEND_MODES[backend]:
+        raise UserError(f"execution.mode={execution['mode']} is a tf.function, TensorFlow's; "
+                        f"on {backend}, use execution.mode=xla (jit_compile: "
+                        f"{'jax.jit' if backend == 'jax' else 'torch.compile'}) or eager.")
+    return execution["mode"]
 
 
 def data_defaults(data_config, folder=Path(__file__).parent):
@@ -271,21 +315,26 @@ def main(name, config, run, schema=None):
     """Trains recipe `name` as `python NAME.py key=value ...`, `%run NAME.py
     key=value ...` or a notebook cell does, and returns what `run` returns:
     `config` (with the data module's keys and `DEFAULTS`) updated by the
-    overrides, every value checked; then `run(config, run_dir, ...)` in a
-    locked `run.dir`, resumed at its last finished epoch, or a new
-    runs/NAME/<date>-<time>. What a user can fix is one line on stderr and
-    `exit_status`'s exit status; in a notebook, the line and None."""
+    overrides, every value checked (a key the CONFIG as written lacks is
+    refused); then `run(config, run_dir, ...)` in a locked `run.dir`, resumed
+    at its last finished epoch, or a new runs/NAME/<date>-<time>. What a user
+    can fix is one line on stderr and `exit_status`'s exit status; in a
+    notebook, the line and None."""
     import keras
 
-    in_notebook = "ipykernel" in sys.modules
-    # A notebook kernel's sys.argv is its own (-f <kernel>.json): no overrides.
-    overrides = [] if sys.argv[1:2] == ["-f"] else sys.argv[1:]
+    caller = sys._getframe(1).f_globals
+    in_kernel = "ipykernel" in sys.modules
+    # A kernel's argv is its own (Jupyter's -f FILE, VS Code's --f=FILE, Colab's
+    # launcher): overrides come from the command line of the file that calls this.
+    ran_as_file = "__file__" in caller and Path(sys.argv[0]).name == Path(caller["__file__"]).name
+    overrides = sys.argv[1:] if ran_as_file or not in_kernel else []
     try:
         with signals_and_output():
             config = resolve(name, {"data": data_defaults(config["data"]), **DEFAULTS}, config,
-                             overrides=overrides, schema=schema, announce=print)
+                             overrides=overrides, schema=schema, announce=print,
+                             declared=declared_config(caller), origin="in CONFIG")
             execution = config["execution"]
-            execution["mode"] = execution["mode"] or COMPILED_MODE[keras.backend.backend()]
+            resolve_mode(execution, keras.backend.backend())
             if execution.get("onednn") is not None and "TF_ENABLE_ONEDNN_OPTS" not in os.environ:
                 print(f"note: execution.onednn is read as TensorFlow starts: run with "
                       f"TF_ENABLE_ONEDNN_OPTS={int(execution['onednn'])} to be sure of it.")
@@ -299,7 +348,8 @@ def main(name, config, run, schema=None):
         if message is None:
             raise
         print(message, file=sys.stderr)
-        if not in_notebook:
+        note_reported(error)
+        if not in_kernel:
             sys.exit(status)
 
 
@@ -325,7 +375,7 @@ class signals_and_output:
 
     def __enter__(self):
         main = threading.current_thread() is threading.main_thread()
-        self._term = signal.signal(signal.SIGTERM, _terminate) if main else None
+        self._term = signal.signal(signal.SIGTERM, _latch) if main else None
         self._stdout, sys.stdout = sys.stdout, _Tolerant(sys.stdout)
 
     def __exit__(self, *error):
@@ -334,8 +384,77 @@ class signals_and_output:
         sys.stdout = self._stdout
 
 
-def _terminate(signum, frame):
-    raise Terminated
+# ## A Ctrl-C or SIGTERM at any moment, from the first import on
+
+_pending = None  # the interrupt that came, until a run reports it: Python may drop it
+
+
+def _latch(number, frame):
+    """Ctrl-C's and SIGTERM's handler until a run's own takes over (`Run._start`):
+    remembered, then raised. Python drops an exception raised in a garbage
+    collector's callback (TensorFlow's run while it loads), so a run checks
+    `raise_pending` before it trains, and after every batch."""
+    global _pending
+    _pending = Terminated() if number == signal.SIGTERM else KeyboardInterrupt()
+    raise _pending
+
+
+def raise_pending():
+    """Raises the interrupt that came and was dropped, once."""
+    global _pending
+    if _pending is not None:
+        error, _pending = _pending, None
+        raise error
+
+
+def _interrupt_hook(kind, error, trace):
+    # An interrupt nothing caught (a copied recipe stopped while `import keras`
+    # runs): its one line, and the exit status of the signal, not a traceback.
+    if not isinstance(error, KeyboardInterrupt):
+        return sys.__excepthook__(kind, error, trace)
+    print(exit_status(error)[1], file=sys.stderr, flush=True)
+    if isinstance(error, Terminated):
+        os._exit(143)  # else Python ends the process as Ctrl-C's (130)
+
+
+reported_interrupt = False  # set once an interrupt's line is printed
+
+
+def note_reported(error):
+    """After `error`'s line is printed: an interrupt is reported, no longer pending."""
+    global _pending, reported_interrupt
+    if isinstance(error, (KeyboardInterrupt, Interrupted)):
+        _pending, reported_interrupt = None, True
+
+
+def _on_unraisable(unraisable):
+    # A dropped Ctrl-C is remembered (`raise_pending`), not printed; nor what an
+    # interrupt left half-built and fails as it is collected (TensorFlow's graph
+    # of a function it was tracing), once the interrupt was reported.
+    error = unraisable.exc_value
+    while error is not None and not isinstance(error, KeyboardInterrupt):
+        error = error.__context__
+    if error is not None or reported_interrupt:
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def install_interrupt_hooks():
+    """Installs `_latch` for Ctrl-C and SIGTERM, and the hooks that keep an
+    interrupt to one line, in a program's main thread; not inside a notebook's
+    kernel, nor over handlers that are not Python's defaults."""
+    if ("ipykernel" in sys.modules or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        return
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, _latch)
+    if sys.excepthook is sys.__excepthook__:
+        sys.excepthook = _interrupt_hook
+    if sys.unraisablehook is sys.__unraisablehook__:
+        sys.unraisablehook = _on_unraisable
+
+
+install_interrupt_hooks()  # a recipe imports this module before Keras: from its first second
 
 
 class _Tolerant:
@@ -412,7 +531,7 @@ class Run:
             state = (reader or inspect)(run_dir, config)
         except BaseException:
             if lock is not None:
-                lock.close()
+                lock.release()
             if created:
                 shutil.rmtree(run_dir, ignore_errors=True)
             raise
@@ -432,8 +551,12 @@ class Run:
         verbose)`, `callbacks()` first; Ctrl-C or SIGTERM end it as
         `Interrupted`, saying what was saved."""
         try:
-            return run(self.config, self.dir, extra_callbacks=[*self.callbacks(), *extra_callbacks],
-                       initial_epoch=self.initial_epoch, verbose=fit_verbose(self.config))
+            raise_pending()
+            result = run(self.config, self.dir, extra_callbacks=[*self.callbacks(),
+                                                                 *extra_callbacks],
+                         initial_epoch=self.initial_epoch, verbose=fit_verbose(self.config))
+            raise_pending()  # one that the final evaluation dropped
+            return result
         except BaseException as error:
             cause = error
             while cause is not None and not isinstance(cause, KeyboardInterrupt):
@@ -471,6 +594,7 @@ class Run:
         if threading.current_thread() is threading.main_thread():
             self._handlers = {number: signal.signal(number, self._on_signal)
                               for number in (signal.SIGINT, signal.SIGTERM)}
+        raise_pending()
         self.state.apply(self.dir, self.config)
         (self.dir / "status.json").unlink(missing_ok=True)  # a resumed divergence is no longer one
 
@@ -481,8 +605,9 @@ class Run:
         self.interrupted = Terminated() if number == signal.SIGTERM else KeyboardInterrupt()
         self._release()  # a second Ctrl-C is the process's own again
         try:  # os.write: print could be a reentrant call into the stream in use
-            os.write(2, b"stopping after this step (%s again stops at once)\n" % (
-                b"SIGTERM" if number == signal.SIGTERM else b"Ctrl-C"))
+            os.write(2, b"stopping after this step (%s again stops as soon as the computation "
+                        b"in flight returns, without saving it)\n" % (
+                            b"SIGTERM" if number == signal.SIGTERM else b"Ctrl-C"))
         except OSError:
             pass
 
@@ -494,6 +619,7 @@ class Run:
     def _stop_if_interrupted(self, batch=None, logs=None):
         if self.interrupted is not None:
             raise self.interrupted
+        raise_pending()
 
     def _after_batch(self, batch, logs):
         self._stop_if_interrupted()
@@ -530,7 +656,7 @@ class Run:
         """Releases the lock; removes the directory if this run made it and left it empty."""
         self._release()
         if self._lock is not None:
-            self._lock.close()  # which releases its lock
+            self._lock.release()
         self._lock = None
         if self.created and self.dir.is_dir() and not any(
                 path.name != ".lock" for path in self.dir.iterdir()):
@@ -582,30 +708,33 @@ def new_directory(parent):
 
 
 def _lock(run_dir):
-    """fcntl's exclusive lock on `run_dir/.lock`, which ends with this process
-    however it ends; refused, naming its holder, when another process has it.
-    (The filelock package wraps the same call: one more a copy would install.)"""
+    """An exclusive lock on `run_dir/.lock` (filelock's: fcntl on POSIX, msvcrt on
+    Windows), which ends with this process however it ends; refused, naming
+    its holder, when another process has it."""
+    path = run_dir / ".lock"
+    lock = filelock.FileLock(path, timeout=0)
     try:
-        handle = open(run_dir / ".lock", "a+")
-    except OSError as error:
-        raise UserError(f"Cannot write in the run directory {run_dir}: {error.strerror}. "
-                        "Give a folder you can write to with run.dir=PATH.") from None
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.close()
+        lock.acquire()
+    except filelock.Timeout:
         for _ in range(50):  # the holder may be writing its line
-            holder = (run_dir / ".lock").read_text(errors="replace")
+            try:
+                holder = path.read_text(errors="replace")
+            except OSError:  # Windows: the holder's locked byte cannot be read
+                holder = "\n"
             if holder.endswith("\n"):
                 break
             time.sleep(0.01)
         raise UserError(f"{run_dir} is in use by {holder.strip() or 'another process'}: two "
                         "processes must not train one run. Wait for it to finish (or stop it), "
                         "or give another run.dir.") from None
-    handle.truncate(0)
-    handle.write(f"process {os.getpid()} ({' '.join(sys.argv[:3])})\n")  # one write
-    handle.flush()
-    return handle
+    except OSError as error:
+        raise UserError(f"Cannot write in the run directory {run_dir}: {error.strerror}. "
+                        "Give a folder you can write to with run.dir=PATH.") from None
+    try:  # one write, for a refused process's message
+        path.write_text(f"process {os.getpid()} ({' '.join(sys.argv[:3])})\n")
+    except OSError:
+        pass  # Windows locks the file's first byte against other handles: no holder's name
+    return lock
 
 
 class SavedState:

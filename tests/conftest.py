@@ -115,3 +115,57 @@ def output_and_gradients(layer, x, variables=()):
             loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2)
         return y, *tape.gradient(loss, [x, *variables])
     return step(x)
+
+
+class FreshPythons:
+    """Two virtual environments that see the pinned stack (this one's
+    site-packages, through a .pth line) but not this checkout, nor the kit
+    installed editable here: `bare`, as a machine without the kit, and
+    `kit`, with the wheel `pip wheel .` builds installed (`--no-deps`), as a
+    student's who installed it. `kernel(python, style)` registers a Jupyter
+    kernel on one, launched as Jupyter or VS Code launches kernels."""
+
+    def __init__(self, folder):
+        import subprocess
+        import sysconfig
+
+        self.folder = folder
+        stack = sysconfig.get_paths()["purelib"]
+        wheels = folder / "wheels"
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", str(ROOT),
+                        "-w", str(wheels)], check=True, capture_output=True)
+        self.wheel = next(wheels.glob("keras_course_recipes-*.whl"))
+        for name in ("bare", "kit"):
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder / name)],
+                           check=True)
+            python = folder / name / "bin" / "python"
+            purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig."
+                                      "get_paths()['purelib'])"], capture_output=True, text=True,
+                                     check=True).stdout.strip()
+            Path(purelib, "pinned_stack.pth").write_text(stack + "\n")
+            setattr(self, name, python)
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(self.kit), "install",
+                        "--quiet", "--no-deps", str(self.wheel)], check=True, capture_output=True)
+
+    def kernel(self, python, style="jupyter"):
+        """The name of a kernelspec (in this object's JUPYTER_PATH) that runs `python`."""
+        import json
+
+        connection = {"jupyter": ["-f", "{connection_file}"],  # Jupyter, nbclient, Colab
+                      "vscode": ["--ip=127.0.0.1", "--f={connection_file}"]}[style]
+        name = f"{Path(python).parents[1].name}-{style}"
+        spec = self.folder / "jupyter" / "kernels" / name
+        spec.mkdir(parents=True, exist_ok=True)
+        (spec / "kernel.json").write_text(json.dumps({
+            "argv": [str(python), "-m", "ipykernel_launcher", *connection],
+            "display_name": name, "language": "python"}))
+        return name
+
+    @property
+    def jupyter_path(self):
+        return str(self.folder / "jupyter")
+
+
+@pytest.fixture(scope="session")
+def fresh_pythons(tmp_path_factory):
+    return FreshPythons(tmp_path_factory.mktemp("fresh_pythons"))

@@ -1,10 +1,19 @@
 """`python -m recipes anchor`: cifar10-airbench's script patched for a CPU at run
 time, on a stand-in that holds exactly what the published scripts hold where
-the patches apply; a changed script and a missing PyTorch are one line each.
-(The published scripts are not in this repository: users bring their own.)"""
+the patches apply; a changed or unreadable script, refused data and a missing
+PyTorch are one line each, and a refused command writes nothing. The table
+names the split its accuracy is on. (The published scripts are not in this
+repository: users bring their own.)"""
 
+import json
+import sys
+import types
+
+import keras
+import numpy as np
 import pytest
 
+from recipes import __main__ as cli
 from recipes.runs import UserError
 from recipes.tools import anchor
 
@@ -92,5 +101,102 @@ def test_a_script_that_is_not_the_published_one_is_refused_in_one_line(change, m
 
 def test_without_pytorch_it_says_what_to_install(monkeypatch, tmp_path):
     monkeypatch.setattr(anchor, "torch_installed", lambda: False)
-    with pytest.raises(UserError, match="pip install -r requirements-anchor.txt"):
-        anchor.anchor("densenet_cifar10_cpu", tmp_path / "airbench94_muon.py")
+    script = tmp_path / "airbench94_muon.py"
+    script.write_text(STAND_IN)
+    with pytest.raises(UserError, match="pip install -r requirements-torch.txt"):
+        anchor.anchor("densenet_cifar10_cpu", script, overrides=folder(tmp_path))
+
+
+def folder(path, *more):
+    """The overrides that give the recipe CIFAR-10's images from the folder `path`."""
+    return ["data.source=folder", f"data.path={path}", *more]
+
+
+def write_images(root, splits=("train", "test"), per_class=10):
+    """`root/<split>/<class>/*.png`: two classes of random 32x32 images."""
+    rng = np.random.default_rng(0)
+    for split in splits:
+        for name in ("cat", "dog"):
+            (root / split / name).mkdir(parents=True)
+            for index in range(per_class):
+                keras.utils.save_img(root / split / name / f"{index}.png",
+                                     rng.integers(0, 256, size=(32, 32, 3), dtype=np.uint8))
+
+
+def command_line(capsys, *args):
+    """(exit status, stderr) of `python -m recipes anchor ARGS`, in this process."""
+    capsys.readouterr()
+    # The recipe's oneDNN setting cannot reach this process's TensorFlow, started already.
+    status = cli.run_cli(["anchor", "densenet_cifar10_cpu", *map(str, args),
+                          "execution.onednn=null"])
+    return status, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda path: None, "no such file; give the path of your copy of cifar10-airbench's"),
+    (lambda path: path.mkdir(), "is a folder: give the file in it, your copy of"),
+    (lambda path: path.write_bytes(b"\x80\x03compiled\xff"),  # a pickle, say
+     "is not UTF-8 text.*give your copy of cifar10-airbench's"),
+])
+def test_a_script_that_cannot_be_read_is_one_line_and_exit_2(make, message, capsys, tmp_path):
+    script = tmp_path / "airbench94_muon.py"
+    make(script)
+    with pytest.raises(UserError, match=message):
+        anchor.patched(script)
+    status, err = command_line(capsys, "--script", script, "runs=1",
+                               *folder(tmp_path / "images"))
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and "airbench94_muon.py" in err
+
+
+@pytest.mark.parametrize("data, validation_split, message", [
+    (lambda root: root.mkdir(), 0.1, "expects data.path/train/<class>/"),  # no train/
+    (lambda root: None, 0.1, "expects data.path/train/<class>/"),  # no folder at all
+    (lambda root: write_images(root, splits=("train",)), 0, "no test/<class>/ folder"),
+])
+def test_refused_data_leave_nothing_behind(data, validation_split, message, monkeypatch, capsys,
+                                           tmp_path):
+    # As where PyTorch is installed: an empty module, since nothing may reach it.
+    monkeypatch.setattr(anchor, "torch_installed", lambda: True)
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    script = tmp_path / "airbench94_muon.py"
+    script.write_text(STAND_IN)
+    data(tmp_path / "images")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    status, err = command_line(capsys, "--script", script, "runs=1",
+                               *folder(tmp_path / "images",
+                                       f"data.validation_split={validation_split}"))
+    assert status == 2 and message in err, err
+    assert list(work.iterdir()) == []  # no runs/anchor/.../airbench/airbench94_muon_cpu.py
+
+
+@pytest.mark.parametrize("splits, validation_split, evaluated_on, counts", [
+    # The recipe measures on test/ where there is one, holding out part of train/ or not,
+    (("train", "test"), 0, "test", (20, 20)),
+    (("train", "test"), 0.1, "test", (18, 20)),
+    # and on the held-out tenth of train/ where there is none: airbench too.
+    (("train",), 0.1, "validation", (18, 2)),
+])
+def test_the_table_and_results_name_the_split_the_accuracy_is_on(
+        splits, validation_split, evaluated_on, counts, monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(anchor, "torch_installed", lambda: True)
+    saved = {}  # what airbench would read: cifar10/train.pt and test.pt
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(
+        from_numpy=lambda array: array, save=lambda data, path: saved.update({path.name: data})))
+    monkeypatch.setattr(anchor, "_timed", lambda what, run, *_: {
+        "what": what, "run": run, "accuracy": 0.9, "wall_s": 10.0})
+    script = tmp_path / "airbench94_muon.py"
+    script.write_text(STAND_IN)
+    write_images(tmp_path / "images", splits)
+    rows = anchor.anchor("densenet_cifar10_cpu", script, 1,
+                         overrides=folder(tmp_path / "images",
+                                          f"data.validation_split={validation_split}"),
+                         out_dir=tmp_path / "out")
+    assert (len(saved["train.pt"]["labels"]), len(saved["test.pt"]["labels"])) == counts
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert table.splitlines()[0] == f"| run | {evaluated_on} accuracy | wall |"
+    assert table in capsys.readouterr().out
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results == rows and {row["evaluated_on"] for row in rows} == {evaluated_on}

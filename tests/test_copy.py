@@ -1,50 +1,42 @@
-"""A recipe leaves the repository: each recipe module's header names the files
-to copy beside it, and the recipe copied with exactly those into an empty
-folder trains on its own, through the same checks, run directory, lock and
-resume as `python -m recipes run` (recipes/runs.py). What it shows is true:
-every Keras call a student would copy is in the recipe's own body."""
+"""A recipe leaves the repository: where the kit is installed, its file alone
+trains; where it is not, the file says in one line what to install; and
+`python -m recipes copy` copies it with the kit's files it imports, where it
+trains on its own, through the same checks, run directory, lock and resume
+as `python -m recipes run` (recipes/runs.py). What it shows is true: every
+Keras call a student would copy is in the recipe's own body."""
 
 import ast
-import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
 import recipes
 from conftest import ROOT, TINY_MODEL
 from recipes import runs
-from recipes.tools.notebooks import files_to_copy
+from recipes.tools.copy import kit_files
 
 
 def copy_list(module):
-    return files_to_copy((ROOT / "recipes" / f"{module}.py").read_text())
+    return kit_files(ROOT / "recipes" / f"{module}.py")
 
 
-def augments(module):
-    return "augment" in runs.module_literal(ROOT / "recipes" / f"{module}.py", "CONFIG")["data"]
+KIT = ["callbacks/__init__.py", "callbacks/timing.py", "models/__init__.py",
+       "recipes/__init__.py", "recipes/data.py", "recipes/runs.py"]
 
 
-@pytest.mark.parametrize("module", recipes.MODULES)
-def test_the_header_names_the_files_it_imports_and_no_other(module):
-    """What the recipe imports of ours, and for a recipe that augments recipes/augment.py."""
-    source = (ROOT / "recipes" / f"{module}.py").read_text()
-    imported = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.module.split(".")[0] in (
-                "models", "callbacks", "recipes"):
-            names = ([f"{node.module}.{alias.name}" for alias in node.names]
-                     if node.module == "recipes" else [node.module])
-            imported |= {name.replace(".", "/") + ".py" for name in names}
-    assert sorted(copy_list(module)) == sorted(imported)
-    assert ("recipes/augment.py" in imported) == augments(module)
-    assert all((ROOT / path).is_file() for path in imported)
+@pytest.mark.parametrize("module, model, augments", [
+    ("mnist_mlp", "models/mlp.py", False), ("cifar10_cnn", "models/simple_cnn.py", True),
+    ("densenet_cifar10_cpu", "models/densenet_whitened.py", True)])
+def test_the_copy_holds_what_the_recipe_imports_and_what_that_imports(module, model, augments):
+    """recipes/folder.py, which recipes/data.py loads by name for a folder, is left out."""
+    augmenting = ["recipes/_environment.py", "recipes/augment.py"] if augments else []
+    assert copy_list(module) == sorted([*KIT, model, *augmenting])
 
 
 def copied(module, folder):
-    """`module`'s recipe and the files its header names, in `folder`."""
+    """`module`'s recipe and the kit's files it imports, in `folder`."""
     for path in [f"recipes/{module}.py", *copy_list(module)]:
         target = folder / (f"{module}.py" if path == f"recipes/{module}.py" else path)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -56,18 +48,19 @@ TINY_COPY = ["data.source=synthetic", "data.synthetic_examples=64", "data.batch_
              "train.epochs=1", "train.steps_per_epoch=2"]
 
 
-def run_copy(folder, module, *overrides):
-    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    return subprocess.run([sys.executable, f"{module}.py", *overrides], cwd=folder,
-                          capture_output=True, text=True, timeout=300, env=environment)
+def run_copy(python, folder, module, *overrides):
+    """`python module.py overrides` in `folder`, as a student runs a recipe."""
+    return subprocess.run([str(python), f"{module}.py", *overrides], cwd=folder,
+                          capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("module", recipes.MODULES)
-def test_a_copied_recipe_trains_on_its_own(module, tmp_path):
+def test_a_copied_recipe_trains_on_its_own(module, tmp_path, fresh_pythons):
+    """Where the kit is not installed: the files `copy` gives."""
     folder = copied(module, tmp_path / "my_project")
     assert not str(folder).startswith(str(ROOT))
-    result = run_copy(folder, module, *TINY_COPY, *TINY_MODEL.get(module, []))
+    result = run_copy(fresh_pythons.bare, folder, module, *TINY_COPY, *TINY_MODEL.get(module, []))
     assert result.returncode == 0, result.stderr[-3000:]
     [run_dir] = (folder / "runs" / module).iterdir()
     assert (run_dir / "checkpoints" / "last.keras").is_file()
@@ -79,18 +72,53 @@ def test_a_copied_recipe_trains_on_its_own(module, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_copied_recipe_resumes_and_extends_its_run_dir_and_refuses_other_settings(tmp_path):
+def test_where_the_kit_is_installed_the_recipe_file_alone_trains(tmp_path, fresh_pythons):
+    folder = tmp_path / "anywhere"
+    folder.mkdir()
+    shutil.copyfile(ROOT / "recipes" / "cifar10_cnn.py", folder / "cifar10_cnn.py")
+    result = run_copy(fresh_pythons.kit, folder, "cifar10_cnn", *TINY_COPY)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "test:" in result.stdout and sorted(folder.iterdir()) == [folder / "cifar10_cnn.py",
+                                                                    folder / "runs"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("missing", ["the kit", "recipes/augment.py"])
+def test_without_its_kit_a_recipe_says_what_to_install_in_one_line(missing, tmp_path,
+                                                                    fresh_pythons):
+    """The whole kit missing, or a file of a copy (a copied cifar10_cnn once raised an
+    ImportError traceback at its `from recipes import augment, data, runs`)."""
+    folder = tmp_path / "anywhere"
+    if missing == "the kit":
+        folder.mkdir()
+        shutil.copyfile(ROOT / "recipes" / "cifar10_cnn.py", folder / "cifar10_cnn.py")
+    else:
+        copied("cifar10_cnn", folder)
+        (folder / missing).unlink()
+    result = run_copy(fresh_pythons.bare, folder, "cifar10_cnn", "data.augment=[]", *TINY_COPY)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    line = result.stderr.splitlines()[-1]  # after TensorFlow's start-up notices, if it started
+    assert line.endswith("this recipe runs on its kit, the keras-course-recipes package: pip "
+                         "install it where this Python runs (its README says how).")
+    assert line.startswith("No module named 'recipes'" if missing == "the kit" else
+                           "cannot import name 'augment' from 'recipes'"), line
+
+
+@pytest.mark.slow
+def test_a_copied_recipe_resumes_and_extends_its_run_dir_and_refuses_other_settings(
+        tmp_path, fresh_pythons):
     folder = copied("mnist_mlp", tmp_path / "my_project")
     run_dir = folder / "mine"
-    first = run_copy(folder, "mnist_mlp", *TINY_COPY, f"run.dir={run_dir}")
+    first = run_copy(fresh_pythons.bare, folder, "mnist_mlp", *TINY_COPY, f"run.dir={run_dir}")
     assert first.returncode == 0, first.stderr[-3000:]
-    extended = run_copy(folder, "mnist_mlp", *TINY_COPY, "train.epochs=2", f"run.dir={run_dir}")
+    extended = run_copy(fresh_pythons.bare, folder, "mnist_mlp", *TINY_COPY, "train.epochs=2",
+                        f"run.dir={run_dir}")
     assert extended.returncode == 0, extended.stderr[-3000:]
     assert f"resuming the run in {run_dir} from its last finished epoch (1)" in extended.stdout
     assert [line.split(",")[0] for line in
             (run_dir / "history.csv").read_text().splitlines()[1:]] == ["0", "1"]
-    other = run_copy(folder, "mnist_mlp", *TINY_COPY, "train.epochs=3", "data.batch_size=8",
-                     f"run.dir={run_dir}")
+    other = run_copy(fresh_pythons.bare, folder, "mnist_mlp", *TINY_COPY, "train.epochs=3",
+                     "data.batch_size=8", f"run.dir={run_dir}")
     assert other.returncode == 2 and "Traceback" not in other.stderr
     assert [line for line in other.stderr.splitlines() if line.startswith("error:")] == [
         f"error: Cannot resume {run_dir}: its config differs in data.batch_size. Only run.*, "
@@ -180,10 +208,11 @@ def test_the_docs_count_the_lines_a_copy_carries():
 
 
 @pytest.mark.slow
-def test_a_copy_without_the_folder_module_says_to_copy_it(tmp_path):
-    """Its header names recipes/folder.py for data.source=folder only."""
+def test_a_copy_without_the_folder_module_says_to_copy_it(tmp_path, fresh_pythons):
+    """`copy` leaves recipes/folder.py out: it is for data.source=folder only."""
     folder = copied("mnist_mlp", tmp_path / "my_project")
-    result = run_copy(folder, "mnist_mlp", "data.source=folder", f"data.path={tmp_path}")
+    result = run_copy(fresh_pythons.bare, folder, "mnist_mlp", "data.source=folder",
+                      f"data.path={tmp_path}")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert "reads image folders with recipes/folder.py: copy it" in result.stderr
 

@@ -83,7 +83,7 @@ class SwallowsTheCtrlC(keras.callbacks.Callback):
 def test_one_ctrl_c_stops_training_even_when_library_code_swallows_it(how, tiny_config, monkeypatch,
                                                                    capsys):
     """A CI run once trained on after its SIGINT landed in JAX's gc callback."""
-    monkeypatch.setattr(sys, "unraisablehook", cli.on_unraisable)
+    monkeypatch.setattr(sys, "unraisablehook", runs._on_unraisable)
     previous = signal.getsignal(signal.SIGINT)
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
@@ -101,7 +101,7 @@ def test_one_ctrl_c_stops_training_even_when_library_code_swallows_it(how, tiny_
 def test_only_what_ctrl_c_caused_goes_unprinted(while_interrupted, monkeypatch, capsys):
     """Library code can turn a Ctrl-C into another exception (TensorFlow's
     nest did, in a CI run, and printed its traceback); others still print."""
-    monkeypatch.setattr(sys, "unraisablehook", cli.on_unraisable)
+    monkeypatch.setattr(sys, "unraisablehook", runs._on_unraisable)
 
     def raises(phase, info):
         if phase != "start":
@@ -134,12 +134,12 @@ def test_ctrl_c_lets_the_step_in_flight_finish(tiny_config, capfd):
         model.fit(np.zeros((20, 2)), np.zeros(20), batch_size=1, epochs=1, verbose=0,
                   callbacks=[*run.callbacks(), PressesCtrlC()])
     assert int(model.optimizer.iterations) == 3  # the step it was pressed in ran
-    assert "stopping after this step (Ctrl-C again stops at once)" in capfd.readouterr().err
+    assert "stopping after this step (Ctrl-C again stops as soon as the computation in flight returns" in capfd.readouterr().err
 
 
 def test_after_a_reported_interrupt_collected_leftovers_go_unprinted(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "unraisablehook", cli.on_unraisable)
-    monkeypatch.setattr(cli, "_reported_interrupt", False)
+    monkeypatch.setattr(sys, "unraisablehook", runs._on_unraisable)
+    monkeypatch.setattr(runs, "reported_interrupt", False)
 
     def leftover(phase, info):  # TensorFlow's half-built graph, as a gc callback
         if phase == "start":

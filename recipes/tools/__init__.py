@@ -56,7 +56,7 @@ class Command:
         options: the `Option`s it takes out of the `key=value` items.
         arguments: adds arguments of its own to its parser (sweep's `--grid`).
         on_recipe: it takes `NAME [key=value ...] [--config FILE]`.
-        jax_refusal: why it refuses `execution.backend=jax`, for a command
+        tensorflow_only: why it refuses `execution.backend=jax` or `torch`, for a command
             that does; None for one that runs on either backend.
         without_tensorflow: it works where TensorFlow is not installed
             (Keras on JAX alone); the others refuse there.
@@ -68,7 +68,7 @@ class Command:
     options: tuple = ()
     arguments: Callable | None = None
     on_recipe: bool = True
-    jax_refusal: str | None = None
+    tensorflow_only: str | None = None
     without_tensorflow: bool = False
 
     def takes(self, key):

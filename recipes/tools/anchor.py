@@ -10,11 +10,14 @@ run), a wall clock for its CUDA events, its tensors on the CPU, and
 torchvision's `Normalize` written out (PyTorch's CPU build has no
 torchvision that imports beside it). A script that differs
 from the published one is refused in one line, naming what was not found.
-Its data are the recipe's: the same folder (`data.path`), the same held-out
-split, written as the `cifar10/train.pt` and `test.pt` it reads. Each run of
+Its data are the recipe's: the same folder (`data.path`), the same training
+images and the same ones to measure on (`test/`, or the held-out split of a
+folder without one: the table says which), written as the `cifar10/train.pt`
+and `test.pt` it reads. The script and the data are refused, in one line,
+before anything is written. Each run of
 either is a process of its own, timed from start to exit; the recipe's run
 `i` has `execution.seed=i`, airbench's runs are unseeded, as its own are.
-PyTorch is not in the main stack: `pip install -r requirements-anchor.txt`.
+PyTorch is not in the main stack: `pip install -r requirements-torch.txt`.
 """
 
 import importlib.util
@@ -104,11 +107,29 @@ PATCHES = {
 # Where the prelude goes: after the script's `import torch...` block.
 AFTER = "import torch.nn.functional as F\n"
 MEAN = re.compile(r"^Mean: (\d\.\d+)", re.M)
+SCRIPTS = "your copy of cifar10-airbench's airbench94.py or airbench94_muon.py"
+
+
+def read(script):
+    """The text of `script`, or a one-line refusal of what was given instead."""
+    path = Path(script).expanduser()
+    if path.is_dir():  # asked first: Windows reads a folder as a PermissionError
+        raise UserError(f"--script {script} is a folder: give the file in it, {SCRIPTS}.")
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"--script {script}: no such file; give the path of {SCRIPTS}.") from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"--script {script} is not UTF-8 text, as a Python script is (at byte "
+                        f"{error.start}): give {SCRIPTS}.") from None
+    except OSError as error:
+        raise UserError(f"Cannot read --script {script}: {error.strerror}; give {SCRIPTS}, "
+                        "readable by you.") from None
 
 
 def patched(script):
     """The text of `script` for a CPU run, and which of `PATCHES` it is."""
-    text = Path(script).expanduser().read_text()
+    text = read(script)
     kind = ("airbench94_muon.py" if "class Muon(" in text
             else "airbench94.py" if "class LookaheadState" in text else None)
     if kind is None:
@@ -125,23 +146,29 @@ def patched(script):
     return text, kind
 
 
-def prepare(config, folder):
-    """`folder/cifar10/{train,test}.pt` as airbench's CifarLoader reads them:
-    the recipe's training images, and its held-out (or test) images."""
+def splits(config):
+    """(train, test, what `test` is) as the recipe reads them: its training
+    images, and those it measures its accuracy on, with `data.source_splits`'
+    name for them ("test", or "validation": held-out training images, where
+    the folder has no test/). Refuses the data, in one line, as the recipe would."""
+    from recipes import data
+
+    train, _, test, _, evaluated_on = data.source_splits(
+        {**runs.module_literal(recipes.PACKAGE_DIR / "data.py", "DEFAULTS"), **config["data"]},
+        data.DATASETS[config["data"]["name"]][0], 10, config["execution"]["seed"])
+    return train, test, evaluated_on
+
+
+def prepare(folder, train, test):
+    """`folder/cifar10/{train,test}.pt` as airbench's CifarLoader reads them."""
     import numpy as np
     import torch
 
-    from recipes import data
-
-    train, _, test, _, _ = data.source_splits(
-        {**runs.module_literal(recipes.PACKAGE_DIR / "data.py", "DEFAULTS"), **config["data"]},
-        data.DATASETS[config["data"]["name"]][0], 10, config["execution"]["seed"])
     (folder / "cifar10").mkdir(parents=True, exist_ok=True)
     for name, (images, labels) in (("train", train), ("test", test)):
         torch.save({"images": torch.from_numpy(np.ascontiguousarray(images)),
                     "labels": torch.from_numpy(labels.astype(np.int64)), "classes": list(range(10))},
                    folder / "cifar10" / f"{name}.pt")
-    return len(train[1]), len(test[1])
 
 
 def torch_installed():
@@ -151,21 +178,25 @@ def torch_installed():
 def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None):
     """Runs the patched `script` and recipe `name` `runs_` times each; returns
     the rows and writes `table.md` and `results.json` into `out_dir`."""
-    if not torch_installed():
-        raise UserError("anchor runs cifar10-airbench's PyTorch script, and PyTorch is not "
-                        "installed here: pip install -r requirements-anchor.txt (its CPU build).")
+    # What a user can get wrong is refused before anything is written, so
+    # that a refused command leaves nothing behind: the data last, since
+    # reading them (decoding, the first time) is what takes time.
     text, kind = patched(script)
     config = _config.resolve(name, config_files, overrides, announce=print)
     if config["data"]["source"] != "folder" or config["data"]["name"] != "cifar10":
         raise UserError("anchor compares on CIFAR-10's images in a folder: give "
                         "data.source=folder data.path=DIR (DIR/train/<class>/*.png).")
+    if not torch_installed():
+        raise UserError("anchor runs cifar10-airbench's PyTorch script, and PyTorch is not "
+                        "installed here: pip install -r requirements-torch.txt (its CPU build).")
+    train, test, evaluated_on = splits(config)
     out_dir = Path(out_dir or runs.timestamped(RUNS_DIR / "anchor" / name))
     work = out_dir / "airbench"
     work.mkdir(parents=True, exist_ok=True)
-    (work / f"{Path(kind).stem}_cpu.py").write_text(text)
-    train_count, test_count = prepare(config, work)
-    print(f"{kind} and {name} on the same {train_count:,} training and {test_count:,} "
-          f"held-out images ({config['data']['path']}), {runs_} run(s) each", flush=True)
+    (work / f"{Path(kind).stem}_cpu.py").write_text(text, encoding="utf-8")
+    prepare(work, train, test)
+    print(f"{kind} and {name} on the same {len(train[1]):,} training and {len(test[1]):,} "
+          f"{evaluated_on} images ({config['data']['path']}), {runs_} run(s) each", flush=True)
     rows = []
     for run in range(runs_):
         rows.append(_timed(kind, run, [sys.executable, f"{Path(kind).stem}_cpu.py"], work,
@@ -176,7 +207,9 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None):
                                        *(f"--config={path}" for path in config_files)],
                            Path.cwd(), {}, lambda out: [json.loads(
                                (run_dir / "metrics.json").read_text())["test"]["accuracy"]]))
-    table = summary(rows, kind, name)
+    # Which split each accuracy is on, as the recipe's metrics.json names it.
+    rows = [{**row, "evaluated_on": evaluated_on} for row in rows]
+    table = summary(rows, kind, name, evaluated_on)
     (out_dir / "table.md").write_text(table)
     (out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     print(table + f"\nresults: {out_dir}/table.md, results.json", flush=True)
@@ -201,21 +234,23 @@ def _timed(what, run, command, cwd, environment, accuracy):
     return {"what": what, "run": run, "accuracy": float(found[-1]), "wall_s": wall}
 
 
-def summary(rows, kind, name):
-    """The Markdown table: every run, each side's mean, and the recipe's over airbench's."""
+def summary(rows, kind, name, evaluated_on):
+    """The Markdown table: every run, each side's mean, and the recipe's over
+    airbench's; its accuracy column names the split (`evaluated_on`)."""
+    accuracy = f"{evaluated_on} accuracy"  # "test accuracy", or "validation accuracy"
     means = {what: (statistics.mean(r["accuracy"] for r in rows if r["what"] == what),
                     statistics.mean(r["wall_s"] for r in rows if r["what"] == what))
              for what in (kind, name)}
-    lines = [dict(run=f"{r['what']} run {r['run']}", accuracy=f"{r['accuracy']:.2%}",
-                  wall=f"{r['wall_s']:.0f} s") for r in rows]
-    lines += [dict(run=f"{what}, mean of {sum(r['what'] == what for r in rows)}",
-                   accuracy=f"{accuracy:.2%}", wall=f"{wall:.0f} s")
-              for what, (accuracy, wall) in means.items()]
+    lines = [{"run": f"{r['what']} run {r['run']}", accuracy: f"{r['accuracy']:.2%}",
+              "wall": f"{r['wall_s']:.0f} s"} for r in rows]
+    lines += [{"run": f"{what}, mean of {sum(r['what'] == what for r in rows)}",
+               accuracy: f"{mean:.2%}", "wall": f"{wall:.0f} s"}
+              for what, (mean, wall) in means.items()]
     (a_accuracy, a_wall), (r_accuracy, r_wall) = means[kind], means[name]
-    lines.append(dict(run=f"{name} against {kind}",
-                      accuracy=f"{100 * (r_accuracy - a_accuracy):+.2f} points",
-                      wall=f"{r_wall / a_wall:.2f}x"))
-    return markdown_table(["run", "accuracy", "wall"], lines)
+    lines.append({"run": f"{name} against {kind}",
+                  accuracy: f"{100 * (r_accuracy - a_accuracy):+.2f} points",
+                  "wall": f"{r_wall / a_wall:.2f}x"})
+    return markdown_table(["run", accuracy, "wall"], lines)
 
 
 def _arguments(parser):
@@ -229,5 +264,5 @@ COMMANDS = (
             lambda name, script, runs, config_files, overrides: anchor(
                 name, script, runs, config_files, overrides),
             options=(count("runs", 3, 1),), arguments=_arguments,
-            jax_refusal="it runs the recipe on TensorFlow beside PyTorch's script"),
+            tensorflow_only="it runs the recipe on TensorFlow beside PyTorch's script"),
 )

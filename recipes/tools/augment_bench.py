@@ -116,5 +116,5 @@ COMMANDS = (
     Command("augment-benchmark", "time each augmentation, and training with it on host and "
                                  "device (option steps=N)",
             benchmark, (compare.STEPS_OPTION,),
-            jax_refusal="it times augmentation in tf.data and in TensorFlow's training step"),
+            tensorflow_only="it times augmentation in tf.data and in TensorFlow's training step"),
 )

@@ -241,14 +241,14 @@ COMMANDS = (
     Command("compare", "time the training step in each execution mode "
                        "(options modes=..., steps=N, repeats=N)",
             compare, (MODES_OPTION, STEPS_OPTION, REPEATS_OPTION),
-            jax_refusal=PER_MODE_BACKEND),
+            tensorflow_only=PER_MODE_BACKEND),
     Command("compare-sizes", "compare the modes at four or more model sizes "
                              "(options size=KEY=[...], modes=, steps=, repeats=)",
             _compare_sizes, (Option("size", None, lambda text: parse_grid(text, "size=")),
                              MODES_OPTION, STEPS_OPTION, REPEATS_OPTION),
-            jax_refusal=PER_MODE_BACKEND),
+            tensorflow_only=PER_MODE_BACKEND),
     Command("scaling", "images/s with no strategy and with execution.strategy=mirrored, and "
                        "the scaling efficiency (options steps=, repeats=)",
             scaling, (STEPS_OPTION, REPEATS_OPTION),
-            jax_refusal="it runs tf.distribute's MirroredStrategy"),
+            tensorflow_only="it runs tf.distribute's MirroredStrategy"),
 )

@@ -56,5 +56,5 @@ def write_graph(name, config_files=(), overrides=()):
 COMMANDS = (
     Command("graph", "write the training step's graph for TensorBoard, and AutoGraph's code, "
                      "without training", write_graph,
-            jax_refusal="it writes a tf.function's graph"),
+            tensorflow_only="it writes a tf.function's graph"),
 )

@@ -141,5 +141,5 @@ COMMANDS = (
     Command("multiworker", "train on N local worker processes with MultiWorkerMirroredStrategy "
                            "(option workers=N)",
             launch, (count("workers", 2, minimum=2),),
-            jax_refusal="it runs tf.distribute's MultiWorkerMirroredStrategy"),
+            tensorflow_only="it runs tf.distribute's MultiWorkerMirroredStrategy"),
 )

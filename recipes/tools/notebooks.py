@@ -4,8 +4,8 @@ keras-io renders each example's `.py` into a notebook the same way: the
 `.py` stays the source. The recipe's header docstring is the first markdown
 cell; each top-level `# ## Title` comment starts a section, whose comment
 lines are a markdown cell and whose code, up to the next section, a code
-cell. A first code cell moves a notebook opened in notebooks/ to the
-repository's root, where the files the recipe imports are. Its last cell
+cell. A first code cell installs the kit the recipe imports (`KIT_CELL`)
+where the kernel lacks it, or says in one line what to install. Its last cell
 trains with CONFIG's values, as the file does when pasted into one cell.
 Written as nbformat 4's JSON with fixed cell ids (nbformat's own writer
 draws new ones each time), so that the same source gives the same file.
@@ -21,15 +21,6 @@ from recipes.tools import Command
 
 NOTEBOOKS_DIR = recipes.PACKAGE_DIR.parent / "notebooks"
 SECTION = re.compile(r"^# ## (.+)$")
-# The files a recipe's header says to copy beside it ("Copy it out with A, B and C in ...").
-COPIED = re.compile(r"Copy it\s+out with(.*?)\s+in\s+those\s+folders", re.S)
-FILE = re.compile(r"\b(?:models|recipes|callbacks)/\w+\.py\b")
-
-
-def files_to_copy(source):
-    """The files a recipe's source says to copy beside it."""
-    found = COPIED.search(source)
-    return FILE.findall(found.group(1)) if found else []
 
 
 def notebook(module):
@@ -39,7 +30,7 @@ def notebook(module):
     title, _, text = ast.get_docstring(ast.parse(source)).partition("\n")
     body = "".join(source.splitlines(keepends=True)[docstring.end_lineno:])
     cells = [_cell("markdown", f"# {title.strip()}\n{text.rstrip()}"),
-             _cell("code", _SETUP.format(module=module, files=", ".join(files_to_copy(source))))]
+             _cell("code", KIT_CELL.format(module=module))]
     section, lines = None, []
     for line in [*body.strip("\n").splitlines(), "# ## (end)"]:
         match = SECTION.match(line)
@@ -60,13 +51,26 @@ def notebook(module):
         "language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
 
 
-_SETUP = '''# The recipe's file, recipes/{module}.py, cell by cell (`make notebooks` writes it).
-# It imports {files}:
-# run it from the repository's root, or a folder holding those files.
-import os
+# The notebook's first code cell. pip needs a source: no package index holds the kit, so the cell
+# takes what it finds where the notebook is opened.
+KIT_CELL = '''# recipes/{module}.py, cell by cell (`make notebooks` writes it). It runs on its kit, the
+# keras-course-recipes package (recipes, models, callbacks). Where this kernel lacks it, this
+# cell installs it from KIT if you set it (a clone's folder, a git URL or a wheel), else from a
+# wheel of it beside this notebook (`make wheel` builds one; in Colab, upload it with the
+# notebook), else from the clone this notebook sits in.
+KIT = ""
+import glob, importlib, importlib.util, os, pathlib, subprocess, sys
 
-if not os.path.isdir("recipes") and os.path.isdir("../recipes"):
-    os.chdir("..")  # opened in notebooks/'''
+if importlib.util.find_spec("recipes") is None:
+    source = KIT or next(iter(sorted(glob.glob("keras_course_recipes-*.whl"))), "")
+    source = source or (".." if os.path.isfile("../pyproject.toml") else "")
+    where = source if "://" in source else pathlib.Path(source).resolve().as_uri()
+    if not source or subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
+                                     f"keras-course-recipes[tensorflow] @ {{where}}"]).returncode:
+        raise SystemExit("The kit this notebook runs on is not installed: pip install a clone of "
+                         "its repository (or a wheel that make wheel builds) where this kernel "
+                         "runs, or set KIT in this cell to where pip finds it.")
+    importlib.invalidate_caches()'''
 
 
 def _cell(kind, text):

@@ -124,5 +124,5 @@ def by_kind(times):
 COMMANDS = (
     Command("profile", "profile a few training steps; a table of where their time goes, "
                        "by kind of op", profile,
-            jax_refusal="it reads TensorFlow's profiler"),
+            tensorflow_only="it reads TensorFlow's profiler"),
 )
