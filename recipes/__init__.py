@@ -3,14 +3,15 @@
 A recipe is either a module named in `MODULES` (its settings are its
 `CONFIG`), or a YAML file in `configs/` whose top-level `recipe:` key names
 the module that runs it, with its settings applied on top of that module's.
-Beside the recipes, what a copied recipe takes along: `runs` (its command
-line and run directory), `data` (what it trains on), `folder` (image
+Beside the recipes, the kit a recipe runs on: `runs` (its command line and
+run), `settings` (every key's checks), `rundir` (the run directory: lock,
+resume, repairs), `errors`, `data` (what it trains on), `folder` (image
 folders) and `augment` (augmentation); then `harness` (what `python -m
 recipes run` adds around a recipe), `_config`, `_environment` and
 `_distribute` (the harness's), and `tools` (the commands that work on a
-recipe). Listing recipes reads
-docstrings and YAML comments without importing anything, so `list` and
-`show` do not pay for importing TensorFlow.
+recipe). Listing recipes reads docstrings and YAML comments without
+importing anything, so `list` and `show` do not pay for importing
+TensorFlow.
 """
 
 import ast
@@ -20,7 +21,9 @@ from pathlib import Path
 
 import yaml
 
-from recipes.runs import RUNS_DIR, UserError
+from recipes.errors import UserError  # its import latches Ctrl-C and SIGTERM before Keras loads
+
+RUNS_DIR = Path("runs")  # where runs are written, relative to where the command runs
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # The YAML recipes: configs/ beside this package in a checkout (and an editable

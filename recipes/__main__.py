@@ -14,7 +14,7 @@ import os
 import sys
 
 import recipes
-from recipes import _config, _environment, runs
+from recipes import _config, _environment, errors, runs
 from recipes.runs import UserError
 from recipes.tools import Command
 
@@ -134,8 +134,7 @@ def main(argv=None):
 def exit_status(error):
     """(exit status, message for stderr) for an exception a command raised, or
     None for one that is a bug, to be shown with its traceback."""
-    status, message = runs.exit_status(error, "the same command with run.resume=true (or the "
-                                               "same run.dir)")
+    status, message = errors.exit_status(error)
     if message is not None:
         return status, message
     tf = sys.modules.get("tensorflow")
@@ -157,7 +156,7 @@ def run_cli(argv=None):
             raise
         status, message = found
         print(message, file=sys.stderr)
-        runs.note_reported(error)
+        errors.note_reported(error)
         return status
 
 

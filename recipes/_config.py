@@ -15,10 +15,10 @@ from pathlib import Path
 
 import yaml
 
-from recipes import CONFIGS_DIR, PACKAGE_DIR, module_of, runs
+from recipes import CONFIGS_DIR, PACKAGE_DIR, module_of, settings
 from recipes.runs import UserError
 
-# The keys of `python -m recipes run`, on top of what a copied recipe takes (runs.DEFAULTS).
+# The keys of `python -m recipes run`, on top of what a copied recipe takes (settings.DEFAULTS).
 DEFAULTS = {
     "data": None,  # recipes/data.py's DEFAULTS, read in `defaults()`
     "model": {},
@@ -51,7 +51,7 @@ DEFAULTS = {
         "export": False,  # also write the final model as a SavedModel, to serve without this code
     },
 }
-# Beside runs.TYPES, runs.CHOICES and runs.LIMITS: the keys only this command has.
+# Beside settings.TYPES, settings.CHOICES and settings.LIMITS: the keys only this command has.
 TYPES = {"callbacks.profile": (str, int, list), "execution.devices": str}
 CHOICES = {"execution.backend": ["tensorflow", "jax", "torch"],
            "execution.strategy": ["none", "mirrored", "multi_worker"],
@@ -63,8 +63,8 @@ LIMITS = {"execution.timeout_s": (lambda v: v > 0, "above 0")}
 def defaults(module=None):
     """`DEFAULTS`, with the data section recipe module `module` reads."""
     tree = copy.deepcopy(DEFAULTS)
-    data_config = runs.module_literal(PACKAGE_DIR / f"{module}.py", "CONFIG")["data"] if module else {}
-    tree["data"] = runs.data_defaults(data_config, PACKAGE_DIR)
+    data_config = settings.module_literal(PACKAGE_DIR / f"{module}.py", "CONFIG")["data"] if module else {}
+    tree["data"] = settings.data_defaults(data_config, PACKAGE_DIR)
     return tree
 
 
@@ -80,7 +80,7 @@ def resolve(name, config_files=(), overrides=(), announce=print):
     """
     module = module_of(name)
     source = PACKAGE_DIR / f"{module}.py"
-    recipe_config = runs.module_literal(source, "CONFIG")
+    recipe_config = settings.module_literal(source, "CONFIG")
     unknown = sorted(set(recipe_config) - set(DEFAULTS))
     if unknown:
         raise UserError(f"{source}: unknown section {unknown[0]}; sections are "
@@ -90,14 +90,14 @@ def resolve(name, config_files=(), overrides=(), announce=print):
     if os.environ.get("KERAS_BACKEND"):  # Keras' own switch, below the command line's
         layers.append(("in the environment variable KERAS_BACKEND",
                        {"execution": {"backend": os.environ["KERAS_BACKEND"]}}))
-    config = runs.resolve(
+    config = settings.resolve(
         name, defaults(module), recipe_config, layers=layers, overrides=overrides,
         schema=recipe_schema(module), announce=announce, types=TYPES, choices=CHOICES,
         limits=LIMITS, origin=f"in {source}'s CONFIG")
     backend = config["execution"]["backend"]
     if backend != "tensorflow":
         _check_backend(module, config)
-    runs.resolve_mode(config["execution"], backend)
+    settings.resolve_mode(config["execution"], backend)
     _check_together(config)
     return config
 
@@ -155,7 +155,7 @@ def recipe_schema(module):
     """The `CONFIG_SCHEMA` of recipe module `module`: `{key: type name or list
     of choices}` for the keys its CONFIG adds whose value there does not tell
     their type (None: "the variant's") or that take one of a few values."""
-    return runs.module_literal(PACKAGE_DIR / f"{module}.py", "CONFIG_SCHEMA", default={})
+    return settings.module_literal(PACKAGE_DIR / f"{module}.py", "CONFIG_SCHEMA", default={})
 
 
 def dump(config):

@@ -46,11 +46,7 @@ def request_backend(config):
     sets `KERAS_BACKEND` itself, before `import keras`).
     """
     wanted = config["execution"]["backend"]
-    if not installed(wanted):
-        how = ("pip install -r requirements-torch.txt (PyTorch's CPU build)" if wanted == "torch"
-               else "run make setup (requirements.txt installs requirements-jax.txt too)")
-        raise UserError(f"execution.backend={wanted} needs {wanted}, which is not installed "
-                        f"in this environment: {how}.")
+    require_backend(wanted)
     if "keras" not in sys.modules:
         os.environ["KERAS_BACKEND"] = wanted
         return
@@ -60,6 +56,15 @@ def request_backend(config):
             f"execution.backend={wanted}, but Keras has started on {started} in this process, "
             "and it reads its backend once, on import. Run the recipe with `python -m recipes` "
             f"(or make), or set KERAS_BACKEND={wanted} before importing Keras.")
+
+
+def require_backend(backend):
+    """Refuses, in one line, a Keras backend whose package is not installed here."""
+    if not installed(backend):
+        how = ("pip install -r requirements-torch.txt (PyTorch's CPU build)" if backend == "torch"
+               else "run make setup (requirements.txt installs requirements-jax.txt too)")
+        raise UserError(f"execution.backend={backend} needs {backend}, which is not installed "
+                        f"in this environment: {how}.")
 
 
 def installed(package):

@@ -18,6 +18,7 @@ the input pipeline: each image is mirrored in every other pass.
         model = augment.AugmentedModel(model, augmentation)
 """
 
+import importlib.util
 import inspect
 import math
 import sys
@@ -53,6 +54,9 @@ def _layers(engine):
         raise UserError("data.augment_engine=keras_cv needs TensorFlow (keras-cv's layers are "
                         "TensorFlow code), not installed here: set data.augment_engine=keras, "
                         "Keras core's layers.")
+    if importlib.util.find_spec("keras_cv") is None:
+        raise UserError("data.augment_engine=keras_cv needs keras-cv, not installed here: pip "
+                        "install keras-cv, or set data.augment_engine=keras, Keras core's layers.")
     import keras_cv
 
     return keras_cv.layers
@@ -318,11 +322,18 @@ def augmentation(entries, seed=0, engine="auto", on="auto"):
 
 
 def resolve_engine(engine, backend):
-    """`data.augment_engine` on `backend`: `auto` is keras-cv on TensorFlow and
-    Keras core's layers on JAX, where keras-cv's cannot run in the step."""
+    """`data.augment_engine` on `backend`: `auto` is keras-cv on TensorFlow, where it
+    is installed (else Keras core's layers, said so), and Keras core's layers on
+    JAX and torch, where keras-cv's cannot run in the step."""
     if engine != "auto":
         return engine
-    return "keras_cv" if backend == "tensorflow" else "keras"
+    if backend != "tensorflow":
+        return "keras"
+    if importlib.util.find_spec("keras_cv") is None:
+        print("note: keras-cv is not installed: augmentation runs on Keras core's layers "
+              "(data.augment_engine=keras); pip install keras-cv for keras-cv's.", flush=True)
+        return "keras"
+    return "keras_cv"
 
 
 def _parse(entry):

@@ -148,7 +148,7 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
         timing,
         keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
         # Scalars for `tensorboard --logdir runs`, written through TensorFlow.
-        *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if data.HAS_TENSORFLOW else []),
+        *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if runs.has_tensorboard() else []),
         keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
         # The whole training state after each epoch, and the one before: run
         # again with the same run.dir, training goes on from the last epoch.

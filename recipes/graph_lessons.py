@@ -263,7 +263,8 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
         *extra_callbacks,  # the run directory's (recipes/runs.py), and the repository's
         timing,
         keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
-        keras.callbacks.TensorBoard(run_dir / "tensorboard"),  # tensorboard --logdir runs
+        # tensorboard --logdir runs
+        *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if runs.has_tensorboard() else []),
         keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
         # The whole training state after each epoch: run again with the same
         # run_dir, training goes on from the last finished epoch.

@@ -42,7 +42,7 @@ import zipfile
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _environment, runs
+from recipes import RUNS_DIR, UserError, _environment, rundir, runs
 
 # What RunEstimate adds to a CPU run's estimate of more than a day.
 CPU_HINT = ("On a CPU, densenet_cifar10_cpu trains a DenseNet for CIFAR-10 in under an hour "
@@ -61,10 +61,6 @@ def train(config, extra_callbacks=()):
     """
     module = recipes.load(config["recipe"])
     strategy = prepare(config)
-    if not _environment.has_tensorflow():
-        print("note: no TensorBoard logs: Keras' TensorBoard callback writes through tf.summary, "
-              "and TensorFlow is not installed here; history.csv has every epoch's numbers.",
-              flush=True)
     with runs.signals_and_output(), open_run(config) as run:
         probe = None
         if run.initial_epoch or config["callbacks"]["diagnostics"]:
@@ -248,7 +244,7 @@ def choose(config):
     name, run = config["recipe"], config["run"]
     if run["dir"] is not None or not run["resume"]:
         if run["dir"] is None:
-            return runs.new_directory(RUNS_DIR / name), True
+            return rundir.new_directory(RUNS_DIR / name), True
         run_dir = Path(run["dir"]).expanduser()
         return run_dir, not run_dir.exists()
     found = []
@@ -256,7 +252,7 @@ def choose(config):
         if not (candidate / "config.yaml").exists() or (candidate / "metrics.json").exists():
             continue
         try:
-            changed = runs.changed_keys(runs.read_config(candidate), config)
+            changed = rundir.changed_keys(rundir.read_config(candidate), config)
         except UserError:
             changed = ["config.yaml, which is damaged"]
         if not changed:
@@ -268,17 +264,21 @@ def choose(config):
 
 
 def inspect(run_dir, config):
-    """`runs.inspect`, and before it the checks a run of this repository's
+    """`rundir.inspect`, and before it the checks a run of this repository's
     needs: a finished run (metrics.json) is extended only to more epochs;
     history.csv is in CSVLogger's columns and records every epoch the backup
     holds; a damaged metrics.json or best.keras is removed (said so)."""
+    if config["run"]["resume"] and not (run_dir / "config.yaml").exists():
+        raise UserError(f"run.resume=true, but {run_dir} holds no run to resume (no config.yaml): "
+                        "drop run.resume to start a run there, or give the run.dir of the run "
+                        "to go on with.")
     history = run_dir / "history.csv"
     _check_header(history)
     metrics_path, best = run_dir / "metrics.json", run_dir / "checkpoints" / "best.keras"
     finished = read_metrics(run_dir) is not None
-    state = runs.inspect(run_dir, config)
+    state = rundir.inspect(run_dir, config)
     epochs, wanted = state.epochs, config["train"]["epochs"]
-    numbers = [int(float(row["epoch"])) for row in runs.history_rows(history)[0]]
+    numbers = [int(float(row["epoch"])) for row in rundir.history_rows(history)[0]]
     if [number for number in numbers if number < epochs] != list(range(epochs)):
         raise UserError(
             f"Cannot resume {run_dir}: its backup holds {epochs} finished epoch(s), but "
@@ -295,7 +295,7 @@ def inspect(run_dir, config):
                             "new run.")
         if epochs == 0:
             raise UserError(f"{run_dir} holds a finished run without its final training state "
-                            f"(backup/{runs.BACKUP_METADATA}), so it cannot train further: "
+                            f"(backup/{rundir.BACKUP_METADATA}), so it cannot train further: "
                             "start a new run.")
         state.repairs.append((f"extending the finished run in {run_dir} from {epochs} to "
                               f"{wanted} epochs", lambda: metrics_path.rename(
@@ -315,7 +315,7 @@ def check_backup_fits(run_dir, model):
     Raises:
         UserError: a weight's shape differs, or the layers differ.
     """
-    weights = Path(run_dir) / "backup" / runs.BACKUP_WEIGHTS
+    weights = Path(run_dir) / "backup" / rundir.BACKUP_WEIGHTS
     if not weights.is_file():
         return
     import tempfile
@@ -326,7 +326,7 @@ def check_backup_fits(run_dir, model):
         try:
             saved = _layer_shapes(weights)
         except (OSError, KeyError):
-            return  # unreadable: `runs.inspect` has said what to do
+            return  # unreadable: `rundir.inspect` has said what to do
         wanted = _layer_shapes(expected)
     differing = sorted(path for path in saved.keys() | wanted.keys()
                        if saved.get(path) != wanted.get(path))
@@ -384,9 +384,9 @@ def read_rows(path, announce=None):
     """history.csv's whole rows as dicts of strings; [] if there is none yet. A
     row a kill tore while CSVLogger wrote it is left out, and `announce`
     (e.g. `print`), if given, told so in one line."""
-    rows, torn = runs.history_rows(Path(path))
+    rows, torn = rundir.history_rows(Path(path))
     if torn and announce:
-        announce(runs.torn_note(path, torn))
+        announce(rundir.torn_note(path, torn))
     return rows
 
 

@@ -16,8 +16,16 @@ Each case says what a correct outcome is:
   counts the train.epochs asked for, history.csv holds epochs 0..N-1 once
   each, and metrics.json's best epoch is one of them;
 - stops then resumes: a signal mid-run ends the process (exit 130 for
-  Ctrl-C's SIGINT, -9 for kill -9), then the same command trains to the end
-  and the files tell the truth as above.
+  Ctrl-C's SIGINT, or the process ended by SIGINT itself, as Python ends
+  on an uncaught Ctrl-C; 143 or SIGTERM for SIGTERM; -9 for kill -9), then
+  the same command trains to the end and the files tell the truth as above.
+  The signal is sent once a file of the run exists, or a number of seconds
+  after the start (start-up: while Keras and TensorFlow load).
+
+A notebook case runs the recipe's file pasted into one cell, CONFIG set by a
+second cell, on a Jupyter kernel launched as Jupyter (`-f FILE`) or as VS
+Code (`--ip=... --f=FILE`) launches it; a cell that prints an "error:" line
+counts as a non-zero exit.
 
 Each case's actual outcome is one of: OK (as declared), TRACEBACK ("Traceback"
 on stderr), SILENT-WRONG (exit 0 but a file lies, or exit 0 where a refusal
@@ -27,6 +35,7 @@ per class. Exit status 1 when any case is not OK.
 """
 
 import argparse
+import ast
 import collections
 import csv
 import dataclasses
@@ -87,7 +96,8 @@ class Case:
             training that holds the run directory).
         interrupt: for STOPS, (signal, file): the signal is sent once that
             file exists below the run directory (config.yaml: training has
-            started; backup/training_metadata.json: an epoch is saved).
+            started; backup/training_metadata.json: an epoch is saved), or
+            (signal, seconds) after the process starts.
         close_stdout: the reader of stdout goes after its first line, as
             with `| head -1`.
         in_temp_dir: runs with TMP as its working directory (and the
@@ -101,6 +111,8 @@ class Case:
         concurrent: two processes of the command started at once; each must
             do what the case expects, in a run directory of its own.
         run_dir: where the run writes, below TMP.
+        kernel: for a notebook case, how its kernel is launched: "jupyter"
+            or "vscode"; `args` are then CONFIG's settings, as key=value.
     """
 
     name: str
@@ -114,6 +126,7 @@ class Case:
     stdout_closed: bool = False
     concurrent: bool = False
     run_dir: str = "run"
+    kernel: str | None = None
 
 
 def run(*items, recipe="mnist_mlp"):
@@ -678,7 +691,52 @@ CASES = [
          copied="mnist_mlp", setup=copied_run("mnist_mlp")),
     Case("copied: run.dir of a finished run, extended", copy(RESUME), TRAINS,
          copied="mnist_mlp", setup=copied_run("mnist_mlp")),
+    # -- the third round: a Ctrl-C at any moment, notebooks, the tools' paths
+    *[Case(f"Ctrl-C {seconds} s after start (start-up), then the same command", run(*LONG),
+           STOPS, interrupt=(signal.SIGINT, seconds)) for seconds in (0.5, 1.5, 2.5, 3.5)],
+    Case("SIGTERM 2 s after start (start-up), then the same command", run(*LONG), STOPS,
+         interrupt=(signal.SIGTERM, 2.0)),
+    *[Case(f"copied: Ctrl-C {seconds} s after start (import keras), then the same command",
+           copy(*LONG), STOPS, copied="mnist_mlp", interrupt=(signal.SIGINT, seconds))
+      for seconds in (1.0, 2.0, 3.0)],
+    Case("copied: SIGTERM 2 s after start (import keras), then the same command", copy(*LONG),
+         STOPS, copied="mnist_mlp", interrupt=(signal.SIGTERM, 2.0)),
+    Case("copied cifar10_cnn without recipes/augment.py, data.augment=[]",
+         copy("data.augment=[]", recipe="cifar10_cnn"), REFUSED, delete("copy/recipes/augment.py"),
+         copied="cifar10_cnn"),
+    Case("notebook cell, a Jupyter kernel", copy(), TRAINS, kernel="jupyter"),
+    Case("notebook cell, a kernel launched as VS Code launches it", copy(), TRAINS,
+         kernel="vscode"),
+    Case("notebook cell: CONFIG's train.epoch (meant: epochs)", copy("train.epoch=1"), REFUSED,
+         kernel="jupyter"),
+    Case("run.resume=true with a new run.dir", run("run.resume=true", "run.dir=TMP/new"), REFUSED),
+    Case("copy into a file", ["copy", "mnist_mlp", "TMP/file"], REFUSED, write("file", "x")),
+    Case("copy below a file", ["copy", "mnist_mlp", "TMP/file/mine"], REFUSED, write("file", "x")),
+    Case("copy onto an existing copy", ["copy", "mnist_mlp", "TMP/mine"], REFUSED,
+         write("mine/mnist_mlp.py", "x")),
+    Case("copy into a read-only folder", ["copy", "mnist_mlp", "/proc/mine"], REFUSED),
+    Case("anchor --script missing", ["anchor", "densenet_cifar10_cpu", "--script", "TMP/no.py",
+                                     "runs=1", "data.source=folder", "data.path=TMP"], REFUSED,
+         in_temp_dir=True),
+    Case("anchor --script a folder", ["anchor", "densenet_cifar10_cpu", "--script", "TMP",
+                                      "runs=1", "data.source=folder", "data.path=TMP"], REFUSED,
+         in_temp_dir=True),
+    Case("anchor --script not UTF-8", ["anchor", "densenet_cifar10_cpu", "--script", "TMP/a.py",
+                                       "runs=1", "data.source=folder", "data.path=TMP"], REFUSED,
+         write("a.py", b"\xff\xfe airbench"), in_temp_dir=True),
+    Case("anchor on a folder without train/: nothing left behind",
+         ["anchor", "densenet_cifar10_cpu", "--script", "TMP/airbench94_muon.py", "runs=1",
+          "data.source=folder", "data.path=TMP"], REFUSED, lambda tmp: airbench_stand_in(tmp),
+         in_temp_dir=True),
 ]
+
+
+def airbench_stand_in(tmp):
+    """TMP/airbench94_muon.py: tests/test_anchor.py's stand-in for the published script."""
+    source = (ROOT / "tests" / "test_anchor.py").read_text()
+    node = next(node for node in ast.parse(source).body if isinstance(node, ast.Assign)
+                and getattr(node.targets[0], "id", None) == "STAND_IN")
+    (tmp / "airbench94_muon.py").write_text(ast.literal_eval(node.value))
 
 
 # ---------------------------------------------------------------- running
@@ -729,13 +787,17 @@ def concurrently(command, cwd, copied):
 
 
 def interrupted(command, cwd, run_dir, sig, ready, copied=False):
-    """Starts `command`, sends `sig` once `run_dir/ready` exists, and waits.
+    """Starts `command`, sends `sig` once `run_dir/ready` exists (or `ready`
+    seconds after the start, for a number), and waits.
     Its output goes to files: a pipe nobody reads could block it."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         process = subprocess.Popen(command, cwd=cwd, env=environment(copied), stdout=out,
                                    stderr=err, text=True)
-        deadline = time.monotonic() + TIMEOUT_S
-        while not (run_dir / ready).exists() and process.poll() is None:
+        started = time.monotonic()
+        deadline = started + TIMEOUT_S
+        while process.poll() is None and not (
+                time.monotonic() - started >= ready if isinstance(ready, float)
+                else (run_dir / ready).exists()):
             if time.monotonic() > deadline:
                 process.kill()
                 break
@@ -762,6 +824,8 @@ def with_stdout_closed(command, cwd, copied=False):
 
 def run_case(case, tmp):
     """(class, note) of `case`, run in the fresh directory `tmp`."""
+    if case.kernel:
+        return in_notebook(case, tmp)
     copied = case.copied is not None
     try:
         if copied:
@@ -802,6 +866,46 @@ def run_case(case, tmp):
     return klass, note.replace(str(run_dir), "RUN").replace(str(tmp), "TMP")
 
 
+def in_notebook(case, tmp):
+    """(class, note) of a notebook case: mnist_mlp's file pasted into one cell of
+    a notebook in TMP, then a cell that sets CONFIG's keys as `case.args` says
+    and trains, on a kernel launched as `case.kernel` launches one."""
+    import nbclient
+    import nbformat
+
+    settings = {}
+    for item in expand(case.args, tmp):
+        key, _, value = item.partition("=")
+        section, _, name = key.partition(".")
+        settings.setdefault(section, {})[name] = value
+    edits = "".join(f"CONFIG.setdefault({section!r}, {{}}).update("
+                    + ", ".join(f"{name}=yaml.safe_load({value!r})" for name, value in keys.items())
+                    + ")\n" for section, keys in settings.items())
+    recipe = (ROOT / "recipes" / "mnist_mlp.py").read_text().partition("# ## Run it")[0]
+    cells = [recipe, "import yaml\n" + edits
+             + 'experiment = runs.main("mnist_mlp", CONFIG, run, CONFIG_SCHEMA)']
+    launch = {"jupyter": ["-f", "{connection_file}"],
+              "vscode": ["--ip=127.0.0.1", "--f={connection_file}"]}[case.kernel]
+    spec = tmp / "jupyter" / "kernels" / case.kernel
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", *launch],
+        "display_name": case.kernel, "language": "python"}))
+    os.environ["JUPYTER_PATH"] = str(tmp / "jupyter")
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    try:
+        nbclient.NotebookClient(notebook, timeout=TIMEOUT_S, kernel_name=case.kernel,
+                                resources={"metadata": {"path": str(tmp)}}).execute()
+    except nbclient.exceptions.CellExecutionError as error:
+        return TRACEBACK, str(error).strip().splitlines()[-1]
+    outputs = notebook.cells[-1].outputs
+    out = "".join(o.get("text", "") for o in outputs if o.get("name") == "stdout")
+    err = "".join(o.get("text", "") for o in outputs if o.get("name") == "stderr")
+    refused = any(REFUSAL.match(line) for line in err.splitlines())
+    return classify(dataclasses.replace(case, copied="mnist_mlp"),
+                    Outcome(2 if refused else 0, out, err), tmp / case.run_dir)
+
+
 # ---------------------------------------------------------------- judging
 
 def last_line(stderr):
@@ -818,14 +922,16 @@ def classify(case, outcome, run_dir, first=None):
     if case.expect == REFUSED:
         if outcome.returncode == 0:
             return SILENT_WRONG, "exit 0: not refused"
+        if case.in_temp_dir and (run_dir.parent / "runs").exists():
+            return SILENT_WRONG, "refused, but left TMP/runs behind"
         if REFUSAL.match(last_line(outcome.stderr)):
             return OK, last_line(outcome.stderr)
         return OTHER, f"exit {outcome.returncode}, stderr ends: {last_line(outcome.stderr)}"
     if first is not None:
-        wanted = {signal.SIGINT: 130, signal.SIGTERM: 143}.get(case.interrupt[0],
-                                                               -case.interrupt[0])
-        if first.returncode != wanted:
-            return OTHER, (f"the interrupted process exited {first.returncode}, not {wanted}: "
+        sig = case.interrupt[0]
+        wanted = {signal.SIGINT: (130, -sig), signal.SIGTERM: (143, -sig)}.get(sig, (-sig,))
+        if first.returncode not in wanted:
+            return OTHER, (f"the interrupted process exited {first.returncode}, not {wanted[0]}: "
                            f"{last_line(first.stderr)}")
     if outcome.returncode != 0:
         return OTHER, f"exit {outcome.returncode}: {last_line(outcome.stderr)}"
@@ -871,6 +977,8 @@ def untruth(run_dir, epochs, copied=False):
 
 def shown(case):
     """The command as a user types it, the temporary paths as RUN and TMP."""
+    if case.kernel:
+        return "a cell: CONFIG " + shlex.join(case.args) + f" ({case.kernel} kernel)"
     if case.copied:
         return f"python {case.copied}.py " + shlex.join(case.args)
     return "python -m recipes " + shlex.join(case.args)

@@ -11,7 +11,7 @@ import keras_cv
 import pytest
 
 from conftest import ROOT, TINY, TINY_MODEL
-from recipes import _config, _environment
+from recipes import UserError, _config, _environment
 from recipes import augment as raugment
 
 from test_jax_backend import JAX_ENV
@@ -41,3 +41,16 @@ def test_densenet_augments_in_the_jax_step_without_naming_an_engine(tmp_path):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert (metrics["backend"], metrics["augment_on"], metrics["augment_engine"]) == (
         "jax", "device", "keras")
+
+
+def test_without_keras_cv_auto_takes_keras_core_s_layers_and_says_so(monkeypatch, capsys):
+    """keras-cv is optional: a kit installed without it still augments."""
+    from recipes import augment
+
+    monkeypatch.setitem(sys.modules, "keras_cv", None)  # not importable, as if not installed
+    assert augment.resolve_engine("auto", "tensorflow") == "keras"
+    assert "note: keras-cv is not installed: augmentation runs on Keras core's layers" in (
+        capsys.readouterr().out)
+    with pytest.raises(UserError, match="data.augment_engine=keras_cv needs keras-cv, not "
+                                        "installed here: pip install keras-cv"):
+        augment._layers("keras_cv")

@@ -50,7 +50,7 @@ def test_compare_writes_one_row_per_mode(tmp_path):
     # Not measured: over calls of several steps, or behind JAX's prefetch.
     for mode in _compare.MODES:
         measured = rows[mode]["input_wait_fraction"]
-        assert (measured is None) == (mode in ("graph_spe", "loop_epoch", *_compare.JAX_MODES))
+        assert (measured is None) == (mode in ("graph_spe", "loop_epoch", *_compare.BACKEND_MODES))
     assert rows["graph"]["mode_used"] == "graph" == rows["graph_ready"]["mode_used"]
     assert rows["xla"]["mode_used"] == "xla" == rows["jax_jit"]["mode_used"]
     assert rows["jax_eager"]["mode_used"] == "eager"

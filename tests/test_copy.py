@@ -9,12 +9,13 @@ import ast
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 import recipes
 from conftest import ROOT, TINY_MODEL
-from recipes import runs
+from recipes import rundir, runs, settings
 from recipes.tools.copy import kit_files
 
 
@@ -22,8 +23,9 @@ def copy_list(module):
     return kit_files(ROOT / "recipes" / f"{module}.py")
 
 
-KIT = ["callbacks/__init__.py", "callbacks/timing.py", "models/__init__.py",
-       "recipes/__init__.py", "recipes/data.py", "recipes/runs.py"]
+KIT = ["callbacks/__init__.py", "callbacks/timing.py", "models/__init__.py", "recipes/errors.py",
+       "recipes/__init__.py", "recipes/data.py", "recipes/rundir.py", "recipes/runs.py",
+       "recipes/settings.py"]
 
 
 @pytest.mark.parametrize("module, model, augments", [
@@ -66,7 +68,7 @@ def test_a_copied_recipe_trains_on_its_own(module, tmp_path, fresh_pythons):
     assert (run_dir / "checkpoints" / "last.keras").is_file()
     assert list((run_dir / "tensorboard" / "train").glob("events.out.tfevents.*"))
     assert (run_dir / "history.csv").read_text().count("\n") == 2  # header, one epoch
-    assert runs.read_config(run_dir)["recipe"] == module
+    assert rundir.read_config(run_dir)["recipe"] == module
     assert re.search(r"^timing: mode graph, [\d.]+ ms/step", result.stdout, re.M), result.stdout
     assert "test:" in result.stdout
 
@@ -167,8 +169,8 @@ def test_the_copy_and_the_repository_resolve_a_recipe_alike(module):
     """The same checks and the same values, the execution mode included:
     null is the backend's compiled step (on TensorFlow, graph)."""
     recipe = recipes.load(module)
-    copied_config = runs.resolve(
-        module, {"data": runs.data_defaults(recipe.CONFIG["data"]), **runs.DEFAULTS},
+    copied_config = settings.resolve(
+        module, {"data": settings.data_defaults(recipe.CONFIG["data"]), **settings.DEFAULTS},
         recipe.CONFIG, schema=getattr(recipe, "CONFIG_SCHEMA", None))
     from recipes import _config
 
@@ -221,8 +223,8 @@ def test_two_copies_started_in_the_same_second_get_two_run_directories(tmp_path,
     """A copy without run.dir takes runs/NAME/<date>-<time>, exclusively."""
     monkeypatch.chdir(tmp_path)
     recipe = recipes.load("mnist_mlp")
-    config = runs.resolve("mnist_mlp", {"data": runs.data_defaults(recipe.CONFIG["data"]),
-                                        **runs.DEFAULTS}, recipe.CONFIG)
+    config = settings.resolve("mnist_mlp", {"data": settings.data_defaults(recipe.CONFIG["data"]),
+                                        **settings.DEFAULTS}, recipe.CONFIG)
     first, second = runs.Run.open(config), runs.Run.open(config)
     try:
         assert first.dir != second.dir and first.dir.parent == second.dir.parent
@@ -235,9 +237,9 @@ def test_an_interrupted_copy_says_to_run_again_with_its_run_dir(tmp_path, monkey
     """A copy has no run.resume: its note names the run.dir to give."""
     monkeypatch.chdir(tmp_path)
     recipe = recipes.load("mnist_mlp")
-    config = runs.resolve("mnist_mlp", {"data": runs.data_defaults(recipe.CONFIG["data"]),
-                                        **runs.DEFAULTS}, recipe.CONFIG)
+    config = settings.resolve("mnist_mlp", {"data": settings.data_defaults(recipe.CONFIG["data"]),
+                                        **settings.DEFAULTS}, recipe.CONFIG)
     with runs.Run.open(config) as run:
-        assert run.interrupt_note() == (
+        assert run.saved_note() == (
             f"interrupted before the first epoch of {run.dir} finished: no epoch was saved; "
             f"the same command with run.dir={run.dir} starts it again from the beginning.")

@@ -6,14 +6,14 @@ import pytest
 
 import numpy as np
 
-from recipes import runs
+from recipes import rundir
 from recipes.runs import UserError
 from recipes.tools import curves as _curves
 
 
 def write_run(run_dir, epoch_seconds, accuracies):
     run_dir.mkdir(parents=True)
-    runs.write_config(run_dir, {"recipe": "cifar10_cnn"})
+    rundir.write_config(run_dir, {"recipe": "cifar10_cnn"})
     with (run_dir / "history.csv").open("w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(["epoch", "accuracy", "time_epoch_s", "val_accuracy"])

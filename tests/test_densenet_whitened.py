@@ -14,7 +14,7 @@ import recipes
 import models.densenet_whitened as whitened
 from models.densenet_whitened import (PartialIdentity, PatchWhitening, average_views,
                                       densenet_whitened, view_metrics)
-from recipes import UserError, harness, runs
+from recipes import UserError, harness, rundir
 from recipes import augment as raugment
 from recipes.densenet_cifar10_cpu import (CONFIG, ConvMuon, Lookahead, PiecewiseLinear, _optimizer,
                                           orthogonalize)
@@ -298,6 +298,6 @@ def test_extending_a_run_on_the_triangle_is_refused(tiny_config, tmp_path):
     """The triangle spans all epochs: more of them would restart its curve."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    runs.write_config(run_dir, tiny_config("densenet_cifar10_cpu"))
+    rundir.write_config(run_dir, tiny_config("densenet_cifar10_cpu"))
     with pytest.raises(UserError, match="'triangle' schedule over all its epochs"):
         harness.open_run(tiny_config("densenet_cifar10_cpu", "train.epochs=5"))

@@ -165,14 +165,15 @@ def test_the_layout_names_every_module_and_callback():
 # never run here (`battery` runs a case in tests/test_trust.py; `anchor` needs
 # PyTorch and a user's copy of cifar10-airbench, tests/test_anchor.py patches a
 # stand-in).
-NOT_RECIPE_COMMANDS = {"setup", "test", "test-fast", "tensorboard", "battery", "anchor"}
+NOT_RECIPE_COMMANDS = {"setup", "test", "test-fast", "tensorboard", "battery", "anchor", "wheel"}
 
 
 def not_run(words):
     """Whether a shown command is one of NOT_RECIPE_COMMANDS, as make or python -m recipes."""
     words = list(words)  # all_commands() gives tuples, which never equal a list
     return ((words[0] == "make" and words[1] in NOT_RECIPE_COMMANDS)
-            or (words[:3] == ["python", "-m", "recipes"] and words[3] in NOT_RECIPE_COMMANDS))
+            or (words[:3] == ["python", "-m", "recipes"] and words[3] in NOT_RECIPE_COMMANDS)
+            or (words[0] == "recipes" and words[1] in NOT_RECIPE_COMMANDS))
 # What `make` passes to Python stands in for the interpreter: it prints the
 # arguments, one JSON list per line.
 ECHO = f'{sys.executable} -c "import json, sys; print(json.dumps(sys.argv[1:]))"'
@@ -185,8 +186,8 @@ def shown_commands(page):
         if match[1] == "sh":
             for line in match[2].replace("\\\n", " ").splitlines():
                 words = shlex.split(line, comments=True)
-                if words[:1] == ["make"] or words[:3] == ["python", "-m", "recipes"]:
-                    yield words
+                if words[:1] in (["make"], ["recipes"]) or words[:3] == ["python", "-m", "recipes"]:
+                    yield words  # `recipes`: the command the installed kit adds
     for span in re.findall(r"`((?:make|python -m recipes) [^`]*)`", FENCE.sub("", text)):
         words = shlex.split(span)
         names_a_recipe = (any(word.startswith("NAME=") for word in words)
@@ -201,6 +202,8 @@ def expand(words):
     """The `python -m recipes` arguments a shown command runs: a list of lists."""
     if words[0] == "python":
         return [list(words[3:])]
+    if words[0] == "recipes":
+        return [list(words[1:])]
     result = subprocess.run(["make", "-s", "--no-print-directory", *words[1:], "INSTALLED=",
                              f"PY={ECHO}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, f"{' '.join(words)}: {result.stdout}{result.stderr}"
@@ -357,8 +360,8 @@ def runs():
             seen.add(runs_the_same)
             if run_dir:
                 group = f"{page.name}: {run_dir}"
-            elif "execution.backend=jax" in argv:  # a page's JAX commands share a process
-                group = f"{page.name}: execution.backend=jax"
+            elif on_other_backend(argv):  # a page's commands on one backend share a process
+                group = f"{page.name}: {on_other_backend(argv)}"
             else:
                 group = f"{page.name}: {shlex.join(argv)}"
             cases.setdefault(group, []).append(argv)
@@ -386,9 +389,15 @@ def test_every_shown_grid_value_resolves():
     assert checked >= 16, checked
 
 
+def on_other_backend(argv):
+    """`execution.backend=jax` or `=torch` where `argv` names one, else None."""
+    return next((item for item in argv if item in ("execution.backend=jax",
+                                                   "execution.backend=torch")), None)
+
+
 # Runs the command lines in argv[1], a JSON list, one after the other, each
-# as `python -m recipes` runs it: one process pays JAX's start-up once.
-ON_JAX = """
+# as `python -m recipes` runs it: one process pays the backend's start-up once.
+ON_OTHER_BACKEND = """
 import json, sys
 from recipes.__main__ import main
 for argv in json.loads(sys.argv[1]):
@@ -410,11 +419,11 @@ def test_every_shown_command_runs_for_a_few_steps(case, tmp_path, monkeypatch):
     # The processes tools start import this repository from elsewhere now.
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setitem(_memory.WORKER_ENVIRONMENT, "PYTHONPATH", str(ROOT))
-    for on_jax, argvs in itertools.groupby(case[1], key=lambda argv: "execution.backend=jax" in argv):
-        if on_jax:
+    for other_backend, argvs in itertools.groupby(case[1], key=on_other_backend):
+        if other_backend:
             # Keras' backend is chosen once per process: a process of their own.
             argvs = list(argvs)
-            result = subprocess.run([sys.executable, "-c", ON_JAX, json.dumps(argvs)],
+            result = subprocess.run([sys.executable, "-c", ON_OTHER_BACKEND, json.dumps(argvs)],
                                     capture_output=True, text=True, timeout=600)
             assert result.returncode == 0, f"{argvs}: {result.stderr[-3000:]}"
             continue

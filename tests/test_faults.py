@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import recipes
 from conftest import ROOT, TINY
-from recipes import UserError, _config, harness, runs
+from recipes import UserError, _config, harness, rundir, runs
 from recipes import folder as rfolder
 from recipes.tools import soak as _soak
 
@@ -216,6 +216,6 @@ def test_changing_the_epochs_of_a_scheduled_run_is_refused(tiny_config, tmp_path
     """A cosine schedule spans all epochs: more of them would restart its curve."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    runs.write_config(run_dir, tiny_config("densenet_cifar10_wide"))
+    rundir.write_config(run_dir, tiny_config("densenet_cifar10_wide"))
     with pytest.raises(UserError, match="'cosine' schedule over all its epochs"):
         harness.open_run(tiny_config("densenet_cifar10_wide", "train.epochs=5"))

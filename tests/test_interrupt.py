@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT, TINY
 from recipes import __main__ as cli
-from recipes import harness, runs
+from recipes import errors, harness, rundir, runs
 
 
 @pytest.mark.slow
@@ -43,10 +43,10 @@ def test_the_interrupt_note_counts_the_saved_epochs(tiny_config, tmp_path):
     run.close()
     backup = run.dir / "backup"
     backup.mkdir(parents=True)
-    with h5py.File(backup / runs.BACKUP_WEIGHTS, "w") as file:
+    with h5py.File(backup / rundir.BACKUP_WEIGHTS, "w") as file:
         file["layers/dense/vars/0"] = [1.0]
-    (backup / runs.BACKUP_METADATA).write_text(json.dumps({"epoch": 3}))
-    assert run.interrupt_note() == (
+    (backup / rundir.BACKUP_METADATA).write_text(json.dumps({"epoch": 3}))
+    assert run.saved_note() == (
         f"interrupted: 3 finished epoch(s) are saved in {run.dir}; run the same command with "
         "run.resume=true (or the same run.dir) to continue.")
 
@@ -83,7 +83,7 @@ class SwallowsTheCtrlC(keras.callbacks.Callback):
 def test_one_ctrl_c_stops_training_even_when_library_code_swallows_it(how, tiny_config, monkeypatch,
                                                                    capsys):
     """A CI run once trained on after its SIGINT landed in JAX's gc callback."""
-    monkeypatch.setattr(sys, "unraisablehook", runs._on_unraisable)
+    monkeypatch.setattr(sys, "unraisablehook", errors._on_unraisable)
     previous = signal.getsignal(signal.SIGINT)
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
@@ -101,7 +101,7 @@ def test_one_ctrl_c_stops_training_even_when_library_code_swallows_it(how, tiny_
 def test_only_what_ctrl_c_caused_goes_unprinted(while_interrupted, monkeypatch, capsys):
     """Library code can turn a Ctrl-C into another exception (TensorFlow's
     nest did, in a CI run, and printed its traceback); others still print."""
-    monkeypatch.setattr(sys, "unraisablehook", runs._on_unraisable)
+    monkeypatch.setattr(sys, "unraisablehook", errors._on_unraisable)
 
     def raises(phase, info):
         if phase != "start":
@@ -138,8 +138,8 @@ def test_ctrl_c_lets_the_step_in_flight_finish(tiny_config, capfd):
 
 
 def test_after_a_reported_interrupt_collected_leftovers_go_unprinted(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "unraisablehook", runs._on_unraisable)
-    monkeypatch.setattr(runs, "reported_interrupt", False)
+    monkeypatch.setattr(sys, "unraisablehook", errors._on_unraisable)
+    monkeypatch.setattr(errors, "reported_interrupt", False)
 
     def leftover(phase, info):  # TensorFlow's half-built graph, as a gc callback
         if phase == "start":
@@ -179,3 +179,52 @@ def test_a_ctrl_c_once_the_run_directory_is_printed_is_the_runs(tiny_config, mon
         model.fit(np.zeros((20, 2)), np.zeros(20), batch_size=1, epochs=1, verbose=0,
                   callbacks=run.callbacks())
     assert int(model.optimizer.iterations) == 1
+
+
+def test_a_ctrl_c_python_dropped_before_training_still_stops_the_run(tiny_config, monkeypatch,
+                                                                   capsys):
+    """A Ctrl-C 2 to 3.5 s after start, while TensorFlow loads, once landed in one
+    of its garbage-collector callbacks, where Python drops it: the run trained
+    to the end and exited 0."""
+    monkeypatch.setattr(errors, "_pending", None)
+    monkeypatch.setattr(sys, "unraisablehook", errors._on_unraisable)
+
+    def press(phase, info):  # where Python delivers the signal: inside a gc callback
+        if phase == "start":
+            errors.latch(signal.SIGINT, None)
+
+    gc.callbacks.append(press)
+    try:
+        gc.collect()
+    finally:
+        gc.callbacks.remove(press)
+    trained = []
+    with runs.Run.open(tiny_config("mnist_mlp")) as run, pytest.raises(runs.Interrupted) as error:
+        run.train(lambda *args, **kwargs: trained.append(True))
+    assert not trained and error.value.status == 130
+    assert "Exception ignored" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["python -m recipes", "a copied recipe"])
+def test_a_ctrl_c_while_keras_loads_is_one_line(how, tmp_path, fresh_pythons):
+    """A copied recipe stopped while `import keras` ran printed a 24 to 49 line
+    KeyboardInterrupt traceback."""
+    import shutil
+    import time
+
+    if how == "a copied recipe":
+        shutil.copyfile(ROOT / "recipes" / "mnist_mlp.py", tmp_path / "mnist_mlp.py")
+        command = [str(fresh_pythons.kit), "mnist_mlp.py"]
+    else:
+        command = [sys.executable, "-m", "recipes", "run", "mnist_mlp", "execution.onednn=null"]
+    process = subprocess.Popen([*command, *[item for item in TINY if "onednn" not in item],
+                                "train.epochs=3", "train.steps_per_epoch=50"], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)  # Keras and TensorFlow are loading
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    # 130, or ended by SIGINT itself as Python ends on an uncaught Ctrl-C (a shell shows 130)
+    assert process.returncode in (130, -signal.SIGINT) and "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith("interrupted"), err[-3000:]
+    assert "test:" not in out

@@ -199,21 +199,31 @@ def test_a_run_resumed_on_the_other_backend_is_refused_in_one_line(tiny_config, 
             if path.is_file() and path.name != ".lock"} == before
 
 
+@pytest.mark.parametrize("backend", ["jax", "torch"])
 @pytest.mark.parametrize("name, override, feature", [
     ("graph_lessons", None, "the tf.function lessons"),
     ("revnet_cifar100", None, "RevNet's tf.custom_gradient"),
-    ("mnist_mlp", "execution.mode=graph", "execution.mode=graph, a tf.function"),
     ("mnist_mlp", "execution.strategy=mirrored", "tf.distribute"),
     ("mnist_mlp", "callbacks.graph=true", "the TensorBoard graph writer"),
     ("mnist_mlp", "callbacks.profile=2,3", "TensorFlow's profiler"),
     ("mnist_mlp", "callbacks.diagnostics=true", "tf.GradientTape"),
     ("mnist_mlp", "run.export=true", "a TensorFlow SavedModel"),
 ])
-def test_what_is_tensorflow_s_refuses_jax_naming_the_feature(name, override, feature):
-    overrides = ["execution.backend=jax", *([override] if override else [])]
-    with pytest.raises(UserError, match="execution.backend=jax cannot run") as error:
+def test_what_is_tensorflow_s_refuses_jax_and_torch_naming_the_feature(backend, name, override,
+                                                                       feature):
+    overrides = [f"execution.backend={backend}", *([override] if override else [])]
+    with pytest.raises(UserError, match=f"execution.backend={backend} cannot run") as error:
         _config.resolve(name, overrides=overrides, announce=lambda line: None)
     assert feature in str(error.value)
+
+
+@pytest.mark.parametrize("backend, compiler", [("jax", "jax.jit"), ("torch", "torch.compile")])
+def test_graph_mode_a_tf_function_is_refused_on_jax_and_torch(backend, compiler):
+    with pytest.raises(UserError) as error:
+        _config.resolve("mnist_mlp", overrides=[f"execution.backend={backend}",
+                                                "execution.mode=graph"], announce=lambda line: None)
+    assert str(error.value) == (f"execution.mode=graph is a tf.function, TensorFlow's; on {backend}, "
+                                f"use execution.mode=xla (jit_compile: {compiler}) or eager.")
 
 
 @pytest.mark.parametrize("command, reason", [

@@ -5,7 +5,6 @@ recipe pasted into one cell trains with CONFIG's values, the kernel's own
 line there."""
 
 import ast
-import shutil
 
 import nbclient
 import nbformat
@@ -13,6 +12,7 @@ import pytest
 
 import recipes
 from conftest import ROOT
+from recipes import rundir
 from recipes.tools import notebooks
 
 from test_copy import copied
@@ -43,31 +43,73 @@ def test_a_notebook_holds_the_recipe_code_and_its_sections_as_text():
                             "## Training and evaluation", "## Run it"]
 
 
-def execute(cells, folder):
-    """Runs `cells` (their sources) on a fresh python3 kernel in `folder`;
-    returns each cell's printed text."""
+def execute(cells, folder, kernel="python3"):
+    """Runs `cells` (their sources) on a fresh `kernel` in `folder`; returns
+    each cell's printed text."""
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+    nbclient.NotebookClient(notebook, timeout=600, kernel_name=kernel,
                             resources={"metadata": {"path": str(folder)}}).execute()
     return ["".join(output.get("text", "") for output in cell.outputs) for cell in notebook.cells]
 
 
-@pytest.mark.slow
-def test_the_notebook_trains_on_a_jupyter_kernel(tmp_path):
-    """As a student runs notebooks/mnist_mlp.ipynb, with CONFIG edited for random images."""
-    notebook = nbformat.reads(notebooks.text("mnist_mlp"), as_version=4)
+def student_notebook(module, *edits):
+    """notebooks/<module>.ipynb as generated, with `edits` (cell sources) after CONFIG's cell."""
+    notebook = nbformat.reads(notebooks.text(module), as_version=4)
     where = next(index for index, cell in enumerate(notebook.cells)
                  if cell.cell_type == "code" and "CONFIG = {" in cell.source)
-    notebook.cells.insert(where + 1, nbformat.v4.new_code_cell(
-        TINY_CONFIG + f'CONFIG["run"] = {{"dir": "{tmp_path / "run"}"}}'))
-    shutil.copytree(ROOT / "notebooks", tmp_path / "repository" / "notebooks")
-    for folder in ("recipes", "models", "callbacks"):
-        shutil.copytree(ROOT / folder, tmp_path / "repository" / folder)
-    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3", resources={
-        "metadata": {"path": str(tmp_path / "repository" / "notebooks")}}).execute()
+    notebook.cells[where + 1:where + 1] = [nbformat.v4.new_code_cell(edit) for edit in edits]
+    return notebook
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("style", ["jupyter", "vscode"])
+def test_a_notebook_trains_in_a_fresh_kernel_where_the_wheel_is_installed(
+        style, tmp_path, fresh_pythons, monkeypatch):
+    """What a student in Colab gets: the kit's wheel installed, the notebook in an
+    empty folder, CONFIG edited for random images; launched as Jupyter (and
+    Colab) launch a kernel, `-f FILE`, and as VS Code does, `--ip=... --f=FILE`."""
+    monkeypatch.setenv("JUPYTER_PATH", fresh_pythons.jupyter_path)
+    kernel = fresh_pythons.kernel(fresh_pythons.kit, style)
+    notebook = student_notebook("mnist_mlp", TINY_CONFIG)
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    nbclient.NotebookClient(notebook, timeout=600, kernel_name=kernel,
+                            resources={"metadata": {"path": str(folder)}}).execute()
     printed = "".join(output.get("text", "") for output in notebook.cells[-1].outputs)
     assert "run directory:" in printed and "test: {'accuracy'" in printed, printed
-    assert (tmp_path / "run" / "history.csv").read_text().count("\n") == 2  # header, one epoch
+    [run_dir] = (folder / "runs" / "mnist_mlp").iterdir()
+    assert (run_dir / "history.csv").read_text().count("\n") == 2  # header, one epoch
+
+
+@pytest.mark.slow
+def test_a_notebook_in_a_kernel_without_the_kit_says_what_to_install(tmp_path, fresh_pythons,
+                                                                    monkeypatch):
+    """No kit, nothing to install it from (no KIT, no wheel beside it, no clone around it)."""
+    monkeypatch.setenv("JUPYTER_PATH", fresh_pythons.jupyter_path)
+    notebook = student_notebook("mnist_mlp")
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    client = nbclient.NotebookClient(
+        notebook, timeout=600, kernel_name=fresh_pythons.kernel(fresh_pythons.bare),
+        resources={"metadata": {"path": str(folder)}})
+    with pytest.raises(nbclient.exceptions.CellExecutionError) as error:
+        client.execute()
+    assert error.value.ename == "SystemExit" and "ModuleNotFoundError" not in str(error.value)
+    assert error.value.evalue.startswith("The kit this notebook runs on is not installed: pip "
+                                         "install a clone of its repository")
+    assert notebook.cells[1].source.startswith("# recipes/mnist_mlp.py, cell by cell")
+
+
+@pytest.mark.slow
+def test_a_key_added_to_config_in_a_cell_is_checked_like_key_value(tmp_path):
+    """`CONFIG["train"]["epoch"] = 1` (meant: epochs) once trained with train.epochs."""
+    recipe = (ROOT / "recipes" / "mnist_mlp.py").read_text().partition("# ## Run it")[0]
+    printed = execute([recipe, 'CONFIG["train"]["epoch"] = 1\nexperiment = runs.main("mnist_mlp", '
+                               'CONFIG, run, CONFIG_SCHEMA)'], tmp_path)
+    assert printed[-1] == ("error: Unknown config key 'train.epoch' in CONFIG. Did you mean "
+                           "train.epochs, train.steps_per_epoch, train.lr? Keys in 'train': "
+                           "train.epochs, train.steps_per_epoch, train.lr, train.optimizer.\n"), printed
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.slow
@@ -82,12 +124,7 @@ def test_pasted_into_a_cell_it_trains_and_percent_run_takes_key_value(tmp_path):
                 "data.batch_size=16 train.epochs=2 train.steps_per_epoch=2 run.dir=again"], folder)
     assert "test: {'accuracy'" in pasted and "error" not in pasted, pasted
     [run_dir] = (folder / "runs" / "mnist_mlp").iterdir()
-    assert runs_config(run_dir)["train"]["epochs"] == 1  # CONFIG's, not the kernel's -f
+    assert rundir.read_config(run_dir)["train"]["epochs"] == 1  # CONFIG's, not the kernel's -f
     assert "override: train.epochs = 2" in percent_run and "test: {'accuracy'" in percent_run
     assert (folder / "again" / "history.csv").read_text().count("\n") == 3
 
-
-def runs_config(run_dir):
-    from recipes import runs
-
-    return runs.read_config(run_dir)

@@ -5,11 +5,11 @@ import re
 
 import recipes
 from conftest import ROOT
-from recipes import _config, runs
+from recipes import _config, settings
 
 
 REFERENCE = ROOT / "docs" / "configuration.md"
-CHOICES = {**runs.CHOICES, **_config.CHOICES}  # the keys' choices: every recipe's, the command's
+CHOICES = {**settings.CHOICES, **_config.CHOICES}  # the keys' choices: every recipe's, the command's
 
 
 def config_table_rows(page=REFERENCE):

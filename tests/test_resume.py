@@ -12,7 +12,7 @@ import pytest
 
 import recipes
 from conftest import ROOT, TINY, run_with
-from recipes import UserError, _config, harness, runs
+from recipes import UserError, _config, harness, rundir, runs
 
 
 class StopAfterFirstEpoch(keras.callbacks.Callback):
@@ -79,7 +79,7 @@ def test_resume_finds_the_newest_unfinished_run_of_these_settings(tiny_config, t
                     for stamp in ("20260101-000000", "20260102-000000"))
     for run_dir, settings in ((older, config), (newer, tiny_config("mnist_mlp", "data.batch_size=8"))):
         run_dir.mkdir(parents=True)
-        runs.write_config(run_dir, settings)
+        rundir.write_config(run_dir, settings)
     assert opened(config).resolve() == older  # the newer one trains with another batch
 
     (older / "metrics.json").write_text("{}")
@@ -91,7 +91,7 @@ def test_resume_finds_the_newest_unfinished_run_of_these_settings(tiny_config, t
 def test_resume_refuses_a_finished_run_or_a_changed_config(tiny_config, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    runs.write_config(run_dir, tiny_config("mnist_mlp"))
+    rundir.write_config(run_dir, tiny_config("mnist_mlp"))
     with pytest.raises(UserError, match="differs in data.batch_size"):
         opened(tiny_config("mnist_mlp", "data.batch_size=8"))
     with pytest.raises(UserError, match="differs in execution.precision"):
@@ -206,3 +206,11 @@ def test_two_runs_started_in_the_same_second_get_two_directories(tiny_config, tm
     assert [first.name, second.name, third.name] == [
         "20260101-120000", "20260101-120000-2", "20260101-120000-3"]
     assert all(d.is_dir() and not any(d.iterdir()) for d in (first, second, third))
+
+
+def test_run_resume_with_a_run_dir_that_holds_no_run_is_refused(tiny_config, tmp_path):
+    """It once started a fresh run there without a word."""
+    config = tiny_config("mnist_mlp", "run.resume=true", f"run.dir={tmp_path / 'new'}")
+    with pytest.raises(UserError, match=r"run.resume=true, but .*new holds no run to resume"):
+        harness.open_run(config)
+    assert not (tmp_path / "new").exists()

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ import recipes
 from recipes import UserError, _config, harness
 from recipes.tools import graph as _graph
 from recipes.tools import profile as _profile
+
+from conftest import run_with
 
 
 def events(log_dir):
@@ -145,3 +148,17 @@ def test_the_profile_command_tables_where_the_step_time_goes(tmp_path, monkeypat
             "concatenation (forward; its gradient is slices)",
             "reductions and broadcasts (batch norm's statistics and their gradients)"} <= set(kinds)
     assert sum(kinds.values()) == pytest.approx(100, abs=0.1 * len(kinds))
+
+
+@pytest.mark.slow
+def test_without_the_tensorboard_package_a_run_goes_on_without_its_logs(tiny_config, monkeypatch,
+                                                                        capsys):
+    """TensorFlow 2.21 no longer installs tensorboard: a kit installed without it
+    stopped every run on Keras' TBNotInstalledError traceback."""
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # not importable, as if not installed
+    config = tiny_config("mnist_mlp")
+    metrics = run_with(recipes.load("mnist_mlp"), config)
+    assert metrics["epochs_completed"] == 1
+    assert not (Path(config["run"]["dir"]) / "tensorboard").exists()
+    assert ("note: no TensorBoard logs: Keras' TensorBoard callback writes through tf.summary, "
+            "and tensorboard is not installed here (pip install tensorboard)") in capsys.readouterr().out

@@ -275,13 +275,31 @@ def test_a_damaged_best_checkpoint_is_removed_and_said_so(tiny_config, tmp_path,
     assert not (run_dir / "checkpoints" / "best.keras").exists()
 
 
-def test_a_full_disk_is_one_line_that_says_how_to_go_on():
+@pytest.mark.parametrize("path", ["the command line", "a copy"])
+def test_a_full_disk_says_what_was_saved_and_how_to_go_on(path, tiny_config, tmp_path,
+                                                          monkeypatch):
+    """A copy once said "finished epochs are saved; ... the same run.dir" when none
+    was saved and it had been given no run.dir."""
     import errno
 
-    status, message = cli.exit_status(OSError(errno.ENOSPC, "No space left on device",
-                                              "runs/x/backup/latest.weights.h5"))
-    assert status == 2 and message.startswith("error: the disk is full")
-    assert "run.resume=true" in message
+    from recipes import runs
+
+    monkeypatch.chdir(tmp_path)
+    config = tiny_config("mnist_mlp", "run.dir=null")
+    if path == "a copy":
+        del config["run"]["resume"]
+
+    def fills_the_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", "runs/x/backup/latest.weights.h5")
+
+    with runs.Run.open(config) as run, pytest.raises(runs.UserError) as error:
+        run.train(fills_the_disk)
+    again = ("the same command with run.resume=true (or the same run.dir)"
+             if path == "the command line" else f"the same command with run.dir={run.dir}")
+    assert str(error.value) == (
+        f"the disk is full (runs/x/backup/latest.weights.h5) before the first epoch of {run.dir} "
+        f"finished: no epoch was saved; free some space, then {again} starts it again from the "
+        "beginning.")
 
 
 def test_the_best_epoch_is_the_rows_epoch_not_its_position():

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, _config, runs
+from recipes import RUNS_DIR, _config, rundir, settings
 from recipes.runs import UserError
 from recipes.tools import Command, count
 from recipes.tools.tables import markdown_table
@@ -154,7 +154,7 @@ def splits(config):
     from recipes import data
 
     train, _, test, _, evaluated_on = data.source_splits(
-        {**runs.module_literal(recipes.PACKAGE_DIR / "data.py", "DEFAULTS"), **config["data"]},
+        {**settings.module_literal(recipes.PACKAGE_DIR / "data.py", "DEFAULTS"), **config["data"]},
         data.DATASETS[config["data"]["name"]][0], 10, config["execution"]["seed"])
     return train, test, evaluated_on
 
@@ -190,7 +190,7 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None):
         raise UserError("anchor runs cifar10-airbench's PyTorch script, and PyTorch is not "
                         "installed here: pip install -r requirements-torch.txt (its CPU build).")
     train, test, evaluated_on = splits(config)
-    out_dir = Path(out_dir or runs.timestamped(RUNS_DIR / "anchor" / name))
+    out_dir = Path(out_dir or rundir.timestamped(RUNS_DIR / "anchor" / name))
     work = out_dir / "airbench"
     work.mkdir(parents=True, exist_ok=True)
     (work / f"{Path(kind).stem}_cpu.py").write_text(text, encoding="utf-8")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recipes import RUNS_DIR, UserError, _config, runs
+from recipes import RUNS_DIR, UserError, _config, rundir
 from recipes._environment import device_label
 from recipes.tools import Command, compare
 from recipes.tools.tables import markdown_table, number_cell, write_csv
@@ -41,7 +41,7 @@ def benchmark(name, steps=compare.DEFAULT_STEPS, config_files=(), overrides=(), 
         raise UserError(f"{name} has no data.augment to benchmark; add some, e.g. "
                         "data.augment=[pad_crop,flip].")
     if out_dir is None:
-        out_dir = runs.timestamped(RUNS_DIR / "augment-benchmark" / name)
+        out_dir = rundir.timestamped(RUNS_DIR / "augment-benchmark" / name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 

@@ -16,9 +16,10 @@ on the same input stream:
   an input that is always ready. Its step time is the step without the input
   pipeline, and its input wait is the floor of that measurement (Keras'
   dispatch before the step asks for its batch);
-- `jax_eager`, `jax_jit` (asked for by name): the same `fit` on Keras' JAX
-  backend, op by op (`run_eagerly=True`) and as one `jax.jit` step
-  (`jit_compile=True`), fed by the same tf.data pipeline.
+- `jax_eager`, `jax_jit`, `torch_eager`, `torch_compile` (asked for by
+  name): the same `fit` on Keras' JAX and torch backends, op by op
+  (`run_eagerly=True`) and compiled (`jit_compile=True`: one `jax.jit` step,
+  or the step under `torch.compile`), fed by the same tf.data pipeline.
 
 The first step (tracing or compiling) and `WARMUP_STEPS` more are left out of
 the steady-state figures.
@@ -31,7 +32,7 @@ import sys
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, runs
+from recipes import RUNS_DIR, UserError, _config, _environment, rundir
 from recipes._environment import device_label
 from recipes.tools import Command, Option, count, plots
 from recipes.tools.sweep import parse_grid
@@ -39,9 +40,10 @@ from recipes.tools.tables import markdown_table, number_cell, write_csv
 
 DEFAULT_MODES = ["eager", "graph", "xla", "graph_spe", "loop_eager", "loop_function",
                  "loop_epoch"]
-# compare's modes on Keras' JAX backend, and the execution.mode each runs in.
-JAX_MODES = {"jax_eager": "eager", "jax_jit": "xla"}
-MODES = [*DEFAULT_MODES, "graph_ready", *JAX_MODES]
+# compare's modes on Keras' other backends: (the backend, the execution.mode it runs in).
+BACKEND_MODES = {"jax_eager": ("jax", "eager"), "jax_jit": ("jax", "xla"),
+                 "torch_eager": ("torch", "eager"), "torch_compile": ("torch", "xla")}
+MODES = [*DEFAULT_MODES, "graph_ready", *BACKEND_MODES]
 DEFAULT_STEPS = 30
 WARMUP_STEPS = 3  # after the first (tracing) step, left out of the statistics
 SPE = 10  # steps per execution in graph_spe
@@ -81,11 +83,13 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
     # and the comparison then runs anywhere, offline.
     overrides = ["data.source=synthetic", *overrides]
     _config.resolve(name, config_files, overrides, announce=lambda line: None)  # fail early
-    if any(mode in JAX_MODES for mode in modes):  # a recipe or setting JAX cannot run
-        _config.resolve(name, config_files, [*overrides, "execution.backend=jax"],
+    for backend in dict.fromkeys(BACKEND_MODES[mode][0] for mode in modes if mode in BACKEND_MODES):
+        # a backend not installed, or a recipe or setting it cannot run
+        _environment.require_backend(backend)
+        _config.resolve(name, config_files, [*overrides, f"execution.backend={backend}"],
                         announce=lambda line: None)
     if out_dir is None:
-        out_dir = runs.timestamped(RUNS_DIR / "compare" / name)
+        out_dir = rundir.timestamped(RUNS_DIR / "compare" / name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"comparing {', '.join(modes)} on {name}, {steps} steady steps each, "
@@ -124,7 +128,7 @@ def _measure(name, modes, steps, config_files, overrides, out_dir, quiet, repeat
                "overrides": list(overrides), "out": str(out_dir / "modes" / f"{label}.json"),
                "run_dir": str(out_dir / "modes" / label)}
         # Keras reads its backend once, on import: the worker's is set before it starts.
-        backend = "jax" if mode in JAX_MODES else "tensorflow"
+        backend = BACKEND_MODES.get(mode, ("tensorflow",))[0]
         result = subprocess.run([sys.executable, "-m", "recipes.tools.measure", json.dumps(job)],
                                 capture_output=True, text=True,
                                 env={**os.environ, "KERAS_BACKEND": backend})
@@ -171,7 +175,7 @@ def scaling(name, steps=DEFAULT_STEPS, config_files=(), overrides=(), repeats=1,
     per-replica batch: images/s and the scaling efficiency, global images/s
     over (replicas x the single device's). Returns the rows."""
     if out_dir is None:
-        out_dir = runs.timestamped(RUNS_DIR / "scaling" / name)
+        out_dir = rundir.timestamped(RUNS_DIR / "scaling" / name)
     out_dir = Path(out_dir)
     rows = []
     for strategy in ("none", "mirrored"):
@@ -203,7 +207,7 @@ def compare_sizes(name, size_key=None, size_values=None, modes=DEFAULT_MODES, st
                             "e.g. size=model.hidden_units=[[64],[256],[1024],[4096]].")
         size_key, size_values = SIZES[module]
     if out_dir is None:
-        out_dir = runs.timestamped(RUNS_DIR / "compare-sizes" / name)
+        out_dir = rundir.timestamped(RUNS_DIR / "compare-sizes" / name)
     out_dir = Path(out_dir)
     rows = []
     for number, value in enumerate(size_values, 1):
@@ -233,7 +237,8 @@ def _compare_sizes(name, config_files, overrides, size, **options):
 
 
 # compare chooses each mode's backend itself.
-PER_MODE_BACKEND = "each mode names its backend (modes=eager,graph,xla,jax_eager,jax_jit)"
+PER_MODE_BACKEND = ("each mode names its backend (modes=eager,graph,xla,jax_eager,jax_jit,"
+                    "torch_eager,torch_compile)")
 STEPS_OPTION = count("steps", DEFAULT_STEPS, minimum=2)
 REPEATS_OPTION = count("repeats", 1, minimum=1)
 MODES_OPTION = Option("modes", DEFAULT_MODES, parse_modes)

@@ -12,7 +12,7 @@ import itertools
 import math
 from pathlib import Path
 
-from recipes import harness, runs
+from recipes import harness, rundir
 from recipes.runs import UserError
 from recipes.tools import Command, plots
 
@@ -38,7 +38,7 @@ def read_curve(run_dir):
                         "(NA or empty), so it has no place on the curve: restore the row, or "
                         "leave this run out.")
     minutes = list(itertools.accumulate(float(row["time_epoch_s"]) / 60 for row in rows))
-    config = runs.read_config(run_dir)  # one line if config.yaml was garbled or edited
+    config = rundir.read_config(run_dir)  # one line if config.yaml was garbled or edited
     name = config["recipe"] if config else run_dir.name
     return f"{name} ({run_dir.name})", minutes, [float(row["val_accuracy"]) for row in rows]
 

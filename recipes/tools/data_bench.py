@@ -11,7 +11,7 @@ input. Keras has no input-pipeline benchmark, hence this module.
 import time
 
 import recipes
-from recipes import RUNS_DIR, _config, runs
+from recipes import RUNS_DIR, _config, rundir
 from recipes.tools import Command, count
 
 DEFAULT_STEPS = 200
@@ -20,7 +20,7 @@ DEFAULT_STEPS = 200
 def benchmark(name, steps=DEFAULT_STEPS, config_files=(), overrides=(), warmup=10):
     """Times recipe `name`'s training pipeline over `steps` batches; returns the numbers."""
     config = _config.resolve(name, config_files, [
-        *overrides, f"run.dir={runs.timestamped(RUNS_DIR / 'data-benchmark' / name)}"])
+        *overrides, f"run.dir={rundir.timestamped(RUNS_DIR / 'data-benchmark' / name)}"])
     started = time.perf_counter()
     experiment = recipes.load(name).build(config)
     build_s = time.perf_counter() - started

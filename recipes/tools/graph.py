@@ -12,13 +12,13 @@ import shlex
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, runs
+from recipes import RUNS_DIR, UserError, _config, rundir
 from recipes.tools import Command
 
 
 def write_graph(name, config_files=(), overrides=()):
     """Writes recipe `name`'s training-step graph; returns the output directory."""
-    out_dir = runs.timestamped(RUNS_DIR / "graph" / name)
+    out_dir = rundir.timestamped(RUNS_DIR / "graph" / name)
     # Random images unless asked otherwise: the graph depends on shapes only.
     config = _config.resolve(name, config_files, [
         "data.source=synthetic", *overrides, f"run.dir={out_dir}", "run.verbose=0",

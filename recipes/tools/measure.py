@@ -6,10 +6,10 @@ It builds the recipe (`build`), so every mode trains the very same model,
 optimizer, loss, batch and input stream, and times its training steps with
 the recipe's own `Timing` callback. Keras counts neither FLOPs nor what the
 device reaches, so this module does: the model's forward FLOPs are read from
-its graph (TensorFlow's profiler, or XLA's cost analysis on JAX), and a
-square matmul measures the device in the same process, at the run's precision.
-Keras' backend is the process's: compare starts a `jax_*` mode's with
-`KERAS_BACKEND=jax`.
+its graph (TensorFlow's profiler, XLA's cost analysis on JAX, PyTorch's
+FlopCounterMode on torch), and a square matmul measures the device in the
+same process, at the run's precision. Keras' backend is the process's:
+compare starts a `jax_*` or `torch_*` mode's with `KERAS_BACKEND` set.
 """
 
 import json
@@ -23,12 +23,13 @@ import tensorflow as tf
 
 import recipes
 from callbacks.timing import Timing, execution_mode
-from recipes import _config, _environment, harness, runs
+from recipes import _config, _environment, harness, rundir
 from recipes.augment import network_of
 from recipes.tools import loops
-from recipes.tools.compare import JAX_MODES, SPE, WARMUP_STEPS
+from recipes.tools.compare import BACKEND_MODES, SPE, WARMUP_STEPS
 
-JAX = keras.backend.backend() == "jax"
+BACKEND = keras.backend.backend()
+JAX = BACKEND == "jax"
 
 # Modes that time whole calls of several steps: no per-step input wait.
 MULTI_STEP_MODES = {"graph_spe", "loop_epoch"}
@@ -38,9 +39,10 @@ def measure(job):
     """Runs the recipe in `job` and measures its training steps in `job["mode"]`;
     writes the row to `job["out"]`."""
     mode, steps = job["mode"], job["steps"]
-    execution = {"eager": "eager", "xla": "xla", **JAX_MODES}.get(mode, "graph")
+    backend, execution = BACKEND_MODES.get(mode, ("tensorflow", mode if mode in ("eager", "xla")
+                                                               else "graph"))
     overrides = [*job["overrides"], f"execution.mode={execution}", f"run.dir={job['run_dir']}",
-                 f"execution.backend={'jax' if mode in JAX_MODES else 'tensorflow'}",
+                 f"execution.backend={backend}",
                  "run.verbose=0", f"train.steps_per_epoch={1 + WARMUP_STEPS + steps}"]
     if mode == "graph_spe":
         # One execution of SPE steps to trace, then whole executions.
@@ -53,7 +55,7 @@ def measure(job):
         experiment = recipes.load(job["name"]).build(config)
     run_dir = Path(job["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
-    runs.write_config(run_dir, config)  # says what this row measured
+    rundir.write_config(run_dir, config)  # says what this row measured
     model, data = experiment.model, experiment.data
     timing = Timing(batch_size=data.batch_size)
     _train(mode, experiment, timing, config["train"]["steps_per_epoch"], steps)
@@ -62,8 +64,9 @@ def measure(job):
     summary = timing.summary(warmup_steps=0 if mode in MULTI_STEP_MODES else WARMUP_STEPS)
     trace_s = max(summary["first_step_s"] - first_steps * summary["step_ms_median"] / 1000, 0.0)
     network = network_of(model)
-    count_flops, matmul_rate = ((jax_forward_flops, jax_matmul_flops_per_s) if JAX
-                                else (forward_flops, matmul_flops_per_s))
+    count_flops, matmul_rate = {"jax": (jax_forward_flops, jax_matmul_flops_per_s),
+                                "torch": (torch_forward_flops, torch_matmul_flops_per_s)}.get(
+        BACKEND, (forward_flops, matmul_flops_per_s))
     flops_per_step = 3 * timing.batch_size * count_flops(network, experiment.data.input_shape)
     matmul = matmul_rate(keras.mixed_precision.global_policy().compute_dtype)
     achieved = flops_per_step / (summary["step_ms_median"] / 1000)
@@ -154,6 +157,33 @@ def jax_forward_flops(model, input_shape):
     images = jax.numpy.zeros([1, *input_shape], "float32")
     lowered = jax.jit(lambda x: model(x, training=False)).lower(images)
     return int(lowered.cost_analysis()["flops"])
+
+
+def torch_forward_flops(model, input_shape):
+    """`forward_flops` on torch: PyTorch's FlopCounterMode over one forward pass."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(torch.zeros([1, *input_shape]), training=False)
+    return counter.get_total_flops()
+
+
+def torch_matmul_flops_per_s(dtype, size=2048, chain=4, min_seconds=1.0):
+    """`matmul_flops_per_s` on torch: the same matmul chain, eager."""
+    import torch
+
+    dtype = getattr(torch, dtype)
+    a = torch.randn(size, size).to(dtype)
+
+    def run():
+        x = a
+        for _ in range(chain):
+            x = (x @ a) * (1.0 / size)  # stays finite
+        return float(x.float().sum())
+
+    return _rate(run, 2 * size**3 * chain, min_seconds)
 
 
 def _peak_gpu_mb():

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, runs
+from recipes import RUNS_DIR, UserError, _config, rundir
 from recipes._environment import device_label
 from recipes.tools import Command, Option, count, plots
 from recipes.tools.tables import markdown_table, number_cell, write_csv
@@ -62,7 +62,7 @@ def measure_all(name, backprops=BACKPROPS, steps=DEFAULT_STEPS, config_files=(),
     variants = ([config["model"]["variant"]] if any(o.startswith("model.variant=") for o in overrides)
                 else _config.recipe_schema(recipes.module_of(name))["model.variant"])
     if out_dir is None:
-        out_dir = runs.timestamped(RUNS_DIR / "memory" / name)
+        out_dir = rundir.timestamped(RUNS_DIR / "memory" / name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     jobs = [(variant, backprop) for variant in variants for backprop in backprops]
@@ -124,7 +124,7 @@ def _measure(job):
     experiment = recipes.load(job["name"]).build(config)
     run_dir = Path(job["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
-    runs.write_config(run_dir, config)  # says what this row measured
+    rundir.write_config(run_dir, config)  # says what this row measured
     device = "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
 
     class StepMemory(keras.callbacks.Callback):

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from recipes import UserError, _config, harness, runs
+from recipes import UserError, _config, harness, rundir
 from recipes.tools import Command, count
 
 
@@ -59,7 +59,7 @@ def launch(name, workers, config_files=(), overrides=()):
     (run_dir / "workers").mkdir(parents=True, exist_ok=True)
     # Every worker must resume from the same epoch: one killed while writing
     # its backup falls back to its previous state, and the others would not.
-    restored = {directory: runs.saved_epochs(directory / "backup") for directory in
+    restored = {directory: rundir.saved_epochs(directory / "backup") for directory in
                 [run_dir, *(run_dir / "workers" / f"worker-{i}" for i in range(1, workers))]}
     if len(set(restored.values())) > 1:
         raise UserError("The workers' backups hold different epochs ("

@@ -9,7 +9,7 @@ CutMix show their two largest classes.
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, runs
+from recipes import RUNS_DIR, UserError, _config, rundir
 from recipes.tools import Command, plots
 
 
@@ -20,7 +20,7 @@ def preview(name, config_files=(), overrides=(), count=8):
         raise UserError(f"{name} has no data.augment to preview; add some, e.g. "
                         "data.augment=[pad_crop,flip,cutmix].")
     if config["run"]["dir"] is None:
-        config["run"]["dir"] = str(runs.timestamped(RUNS_DIR / "preview" / name))
+        config["run"]["dir"] = str(rundir.timestamped(RUNS_DIR / "preview" / name))
     # The recipe as it trains: its labels (one-hot or not) and augmentation.
     data = recipes.load(name).build(config).data
     images, labels = next(iter(data.train_plain))

@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, harness, runs
+from recipes import RUNS_DIR, UserError, _config, harness, rundir, runs
 from recipes.tools import Command, tables
 
 WARMUP_STEPS, PROFILED_STEPS = 5, 3
@@ -50,7 +50,7 @@ def kind_of(kernel):
 
 def profile(name, config_files=(), overrides=()):
     """Profiles recipe `name`'s training steps; prints and returns the table's path."""
-    out_dir = runs.timestamped(RUNS_DIR / "profile" / name)
+    out_dir = rundir.timestamped(RUNS_DIR / "profile" / name)
     first = WARMUP_STEPS + 1
     forced = ["train.epochs=1", f"train.steps_per_epoch={WARMUP_STEPS + PROFILED_STEPS}",
               f"run.dir={out_dir}", "run.verbose=0"]
@@ -66,7 +66,7 @@ def profile(name, config_files=(), overrides=()):
     with harness.prepare(config).scope():
         experiment = recipes.load(name).build(config)
     out_dir.mkdir(parents=True, exist_ok=True)
-    runs.write_config(out_dir, config)  # says what this profile measured
+    rundir.write_config(out_dir, config)  # says what this profile measured
     data = experiment.data
     # Keras' TensorBoard profiler; no validation: the profile covers
     # training steps only.

@@ -4,7 +4,7 @@ Runs `python -m recipes run NAME` in a run directory of its own and SIGKILLs
 it at random moments, half of them timed to land inside a checkpoint write
 (the moment BackupAndRestore has copied its previous state aside and is
 writing the new one). After each kill it checks what the next start will
-resume from (`runs.saved_epochs`, what the run itself reads first) and
+resume from (`rundir.saved_epochs`, what the run itself reads first) and
 starts the same command again. At the end the run goes on to finish, and a
 table says whether it survived: kills, successful resumes, finished epochs
 lost per kill, whether every epoch appears once in history.csv, whether the
@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from recipes import RUNS_DIR, UserError, _config, harness, runs
+from recipes import RUNS_DIR, UserError, _config, harness, rundir
 from recipes.tools import Command, count, tables
 
 POLL_S = 0.001
@@ -30,7 +30,7 @@ RELATIVE_TOLERANCE = 1e-4
 
 def soak(name, kills=DEFAULT_KILLS, config_files=(), overrides=(), seed=0, runs_dir=RUNS_DIR):
     """Kills and resumes recipe `name` `kills` times; prints and returns the results."""
-    run_dir = runs.new_directory(runs_dir / "soak" / name).resolve()
+    run_dir = rundir.new_directory(runs_dir / "soak" / name).resolve()
     reference = run_dir.with_name(f"{run_dir.name}-uninterrupted")
     config = _config.resolve(name, config_files, [*overrides, f"run.dir={run_dir}"],
                              announce=lambda line: None)
@@ -57,7 +57,7 @@ def soak(name, kills=DEFAULT_KILLS, config_files=(), overrides=(), seed=0, runs_
             if (run_dir / "metrics.json").exists():  # killed as it exited: it had finished
                 returncode = 0
                 break
-            restored = runs.saved_epochs(run_dir / "backup")
+            restored = rundir.saved_epochs(run_dir / "backup")
             lost.append(recorded - restored)
             print(f"kill {kill}: {'during a checkpoint write' if during_write else 'at random'} "
                   f"after {recorded} finished epochs; resumes from {restored}", flush=True)

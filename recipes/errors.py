@@ -1,0 +1,121 @@
+"""What a user is told when a run cannot go on: the errors, each one line with
+its exit status (`exit_status`), and Ctrl-C and SIGTERM, which stop a run
+with one line at any moment from this module's import on (the package
+imports it first, before anything loads Keras)."""
+
+import errno
+import os
+import signal
+import sys
+import threading
+
+
+class UserError(Exception):
+    """A problem the user can fix: one line, exit status 2."""
+
+
+class Interrupted(UserError):
+    """Ctrl-C (exit status 130) or SIGTERM (143) stopped a run: what is saved."""
+
+    def __init__(self, note, status=130):
+        super().__init__(note)
+        self.status = status
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or infinite (exit status 3)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, as job schedulers and container runtimes stop a process."""
+
+
+def exit_status(error):
+    """(exit status, one line) for what a user can act on, (None, None) for a bug."""
+    if isinstance(error, Interrupted):
+        return error.status, str(error)
+    if isinstance(error, (UserError, TrainingDiverged)):
+        return 2 if isinstance(error, UserError) else 3, f"error: {error}"
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:  # outside a run's training
+        return 2, (f"error: the disk is full ({error.filename or 'writing'}): free some space "
+                   "and run the same command again.")
+    if isinstance(error, KeyboardInterrupt):  # before training started: nothing to save
+        return 143 if isinstance(error, Terminated) else 130, "interrupted."
+    return None, None
+
+
+# ## A Ctrl-C or SIGTERM at any moment, from the first import on
+
+_pending = None  # the interrupt that came, until a run reports it: Python may drop it
+
+
+def latch(number, frame):
+    """Ctrl-C's and SIGTERM's handler until a run's own takes over (`Run._start`):
+    remembered, then raised. Python drops an exception raised in a garbage
+    collector's callback (TensorFlow's run while it loads), so a run checks
+    `raise_pending` before it trains, and after every batch."""
+    global _pending
+    _pending = Terminated() if number == signal.SIGTERM else KeyboardInterrupt()
+    raise _pending
+
+
+def raise_pending():
+    """Raises the interrupt that came and was dropped, once."""
+    global _pending
+    if _pending is not None:
+        error, _pending = _pending, None
+        raise error
+
+
+def _interrupt_hook(kind, error, trace):
+    # An interrupt nothing caught (a copied recipe stopped while `import keras`
+    # runs): its one line, and the exit status of the signal, not a traceback.
+    if not isinstance(error, KeyboardInterrupt):
+        return sys.__excepthook__(kind, error, trace)
+    print(exit_status(error)[1], file=sys.stderr, flush=True)
+    if isinstance(error, Terminated):  # else Python ends the process by SIGINT, as Ctrl-C's
+        sys.stdout.flush()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+reported_interrupt = False  # set once an interrupt's line is printed
+
+
+def note_reported(error):
+    """After `error`'s line is printed: an interrupt is reported, no longer pending."""
+    global _pending, reported_interrupt
+    if isinstance(error, (KeyboardInterrupt, Interrupted)):
+        _pending, reported_interrupt = None, True
+
+
+def _on_unraisable(unraisable):
+    # A dropped Ctrl-C is remembered (`raise_pending`), not printed; nor what an
+    # interrupt left half-built and fails as it is collected (TensorFlow's graph
+    # of a function it was tracing), once the interrupt was reported.
+    error = unraisable.exc_value
+    while error is not None and not isinstance(error, KeyboardInterrupt):
+        error = error.__context__
+    if error is not None or reported_interrupt:
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def install_interrupt_hooks():
+    """Installs `latch` for Ctrl-C and SIGTERM, and the hooks that keep an
+    interrupt to one line, in a program's main thread; not inside a notebook's
+    kernel, nor over handlers that are not Python's defaults."""
+    if ("ipykernel" in sys.modules or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        return
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, latch)
+    if sys.excepthook is sys.__excepthook__:
+        sys.excepthook = _interrupt_hook
+    if sys.unraisablehook is sys.__unraisablehook__:
+        sys.unraisablehook = _on_unraisable
+
+
+install_interrupt_hooks()  # a recipe imports this module before Keras: from its first second
+
+

@@ -1,0 +1,100 @@
+"""The kit as a package (pyproject.toml): what `pip install` gives a student who
+has no clone, from a wheel, an editable clone or a git URL, and the
+`recipes` command it adds, run from a folder that is not a clone."""
+
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from conftest import ROOT
+
+
+def test_the_wheel_holds_the_kit_and_the_yaml_recipes(fresh_pythons):
+    names = zipfile.ZipFile(fresh_pythons.wheel).namelist()
+    for path in ("recipes/runs.py", "recipes/settings.py", "recipes/rundir.py", "recipes/errors.py",
+                 "recipes/mnist_mlp.py", "recipes/tools/compare.py", "models/mlp.py",
+                 "callbacks/timing.py", "recipes/configs/densenet_cifar10_95.yaml"):
+        assert path in names, path
+    assert not [name for name in names if name.startswith(("tests/", "notebooks/", "docs/"))]
+    entry_points = next(name for name in names if name.endswith("entry_points.txt"))
+    assert "recipes = recipes.__main__:entry_point" in zipfile.ZipFile(
+        fresh_pythons.wheel).read(entry_points).decode()
+
+
+def recipes_command(python, *args, cwd):
+    return subprocess.run([str(python.parent / "recipes"), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_the_recipes_command_of_the_wheel_works_from_any_folder(fresh_pythons, tmp_path):
+    """`python -m recipes` said `No module named recipes` outside the checkout."""
+    listed = recipes_command(fresh_pythons.kit, "list", cwd=tmp_path)
+    assert listed.returncode == 0 and "densenet_cifar10_95" in listed.stdout, listed.stderr
+    shown = recipes_command(fresh_pythons.kit, "show", "densenet_cifar10_95", cwd=tmp_path)
+    assert shown.returncode == 0 and "recipe: densenet_cifar10_95" in shown.stdout, shown.stderr
+    refused = recipes_command(fresh_pythons.kit, "run", "mnist_mpl", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: Unknown recipe 'mnist_mpl'.")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["editable", "git URL"])
+def test_pip_installs_the_kit_from_a_clone_or_its_git_url(how, tmp_path):
+    """`pip install -e .` (what `make setup` does) and `pip install git+URL`, into
+    a fresh environment that sees the pinned stack; `--no-deps`: nothing downloads."""
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "env")],
+                   check=True)
+    python = tmp_path / "env" / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                              "['purelib'])"], capture_output=True, text=True).stdout.strip()
+    (tmp_path / purelib / "pinned_stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    if how == "editable":
+        source = ["--editable", str(ROOT)]
+    else:  # the committed tree, as a git URL gives it
+        clone = tmp_path / "clone"
+        subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+        source = [f"keras-course-recipes @ git+file://{clone}"]
+    installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                                "--quiet", "--no-deps", *source], capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    where = subprocess.run([str(python), "-c", "import recipes; print(recipes.CONFIGS_DIR, "
+                            "len(recipes.names()))"], cwd=tmp_path, capture_output=True, text=True)
+    folder, count = where.stdout.split()
+    assert int(count) == len(__import__("recipes").names()), where.stderr
+    assert folder == str(ROOT / "configs") if how == "editable" else folder.endswith(
+        "site-packages/recipes/configs")
+
+
+@pytest.mark.slow
+def test_a_recipe_trains_where_fcntl_does_not_exist(tmp_path, fresh_pythons):
+    """Windows has no fcntl; recipes/runs.py imported it at the top, so a recipe
+    could not even be imported there."""
+    import shutil
+
+    from test_copy import TINY_COPY
+
+    shutil.copyfile(ROOT / "recipes" / "mnist_mlp.py", tmp_path / "mnist_mlp.py")
+    script = ("import runpy, sys; sys.modules['fcntl'] = None; "  # import fcntl now fails
+              "sys.argv = ['mnist_mlp.py', *sys.argv[1:]]; "
+              "runpy.run_path('mnist_mlp.py', run_name='__main__')")
+    result = subprocess.run([str(fresh_pythons.kit), "-c", script, *TINY_COPY], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "test: {" in result.stdout, result.stderr[-3000:]
+    assert "only soft file lock is available" in result.stderr  # filelock's one line
+
+
+def test_without_fcntl_a_second_process_is_still_refused(tmp_path, monkeypatch):
+    import filelock
+
+    from recipes import UserError, rundir
+
+    monkeypatch.setattr(filelock, "FileLock", filelock.SoftFileLock)  # what it is without fcntl
+    first = rundir.lock_run_dir(tmp_path)
+    with pytest.raises(UserError, match="is in use by another process: two processes"):
+        rundir.lock_run_dir(tmp_path)
+    first.release()
+    assert not (tmp_path / ".lock").exists()
