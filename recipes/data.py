@@ -13,6 +13,11 @@ whole batches, one-hot labels if asked, augment on the host if asked
 (recipes/augment.py), prefetch. Training batches drop the remainder, so
 that every step has one shape and XLA compiles once. The pipeline is
 tf.data; without TensorFlow (Keras on JAX alone) it is `ArrayBatches`.
+
+Images in memory (synthetic, folder) are uint8 arrays held once, which
+tf.data reads where they are (see `_tf_batches`): a run's memory peaks at
+two copies of them, while a folder's splits are copied out of the images
+read, and holds one after.
 """
 
 import dataclasses
@@ -49,6 +54,10 @@ DATASETS = {"mnist": ((28, 28, 1), 10), "fashion_mnist": ((28, 28, 1), 10),
             "cifar10": ((32, 32, 3), 10), "cifar100": ((32, 32, 3), 100)}
 # Fewer validation images than this make val_ metrics, and so the best checkpoint, noise.
 MIN_VALIDATION_IMAGES = 100
+# TensorFlow can share an array's memory only where its data start at a
+# multiple of this many bytes, its tensors' alignment: an array 16 bytes off
+# aborted the process (a failed CHECK). The splits' images are allocated so.
+ALIGNMENT = 64
 
 
 @dataclasses.dataclass
@@ -155,7 +164,9 @@ def images(batches):
     tf.data.Dataset, or from `ArrayBatches` one array (Keras 3.15's adapt would
     import TensorFlow to test a PyDataset; tests/test_jax_backend.py checks)."""
     if isinstance(batches, ArrayBatches):
-        return batches.images.astype(np.float32) / 255.0
+        found = batches.images.astype(np.float32)
+        found /= 255.0  # in place: one float copy of the images, not two
+        return found
     return batches.map(lambda images, labels: images)
 
 
@@ -183,18 +194,38 @@ def source_splits(config, input_shape, num_classes, seed):
         raise UserError("data.source=folder reads image folders with recipes/folder.py: copy "
                         "it from the repository beside recipes/data.py.") from None
     (images, labels), test, classes = folder.read(config, input_shape)
-    # A seeded `data.validation_split` of train/ validates.
+    # A seeded `data.validation_split` of train/ validates. Each split is
+    # copied out of the images read into memory TensorFlow can share, which
+    # then replaces them: two copies of the images for a moment, one after.
     order, split = np.random.default_rng(0).permutation(len(labels)), config["validation_split"]
     root = Path(config["path"]).expanduser()
     held_out = held_out_count(len(labels), split, f"the {len(labels):,} images in "
                               f"{root / 'train'}") if split else 0
-    train = images[order[held_out:]], labels[order[held_out:]]
-    validation = images[order[:held_out]], labels[order[:held_out]]
+    train = aligned_rows(images, order[held_out:]), labels[order[held_out:]]
+    validation = aligned_rows(images, order[:held_out]), labels[order[:held_out]]
+    del images  # freed before the test split is copied
     if test is None:
         print(f"{root} has no test/ folder: the run evaluates on its {held_out:,} validation "
               "images.", flush=True)
         return train, validation, validation, len(classes), "validation"
+    test = aligned_rows(test[0], np.arange(len(test[1]))), test[1]
     return train, validation, test, len(classes), "test"
+
+
+def aligned_empty(shape, dtype=np.uint8):
+    """An array of `shape`, not initialized, whose data start at a multiple of
+    ALIGNMENT bytes: memory that TensorFlow can share."""
+    size = math.prod(shape) * np.dtype(dtype).itemsize
+    memory = np.empty(size + ALIGNMENT, np.uint8)
+    start = -memory.ctypes.data % ALIGNMENT
+    return memory[start:start + size].view(dtype).reshape(shape)
+
+
+def aligned_rows(array, rows):
+    """`array[rows]` (`rows` an array of indices) in memory that TensorFlow can share."""
+    taken = aligned_empty((len(rows), *array.shape[1:]), array.dtype)
+    # mode="clip", for indices in range: "raise" copies them through a buffer as large.
+    return np.take(array, rows, axis=0, out=taken, mode="clip")
 
 
 def held_out_count(total, validation_split, what):
@@ -262,6 +293,13 @@ def _count(dataset):
 
 # ## Synthetic images
 
+# Synthetic images are made this many at a time, into their split's array:
+# the noise and the sums take memory for these only. A multiple of 4, so that
+# the draws are those of one call for the whole split (NumPy draws uint8 four
+# at a time from each 32-bit number, starting afresh in each call).
+SYNTHETIC_CHUNK = 1024
+
+
 def _synthetic_splits(config, input_shape, num_classes, seed):
     """(train, validation, test) (uint8 images, int labels) arrays, each image
     half its class's random template, half noise: `data.synthetic_examples`
@@ -275,9 +313,14 @@ def _synthetic_splits(config, input_shape, num_classes, seed):
 
     def split(n):
         labels = rng.integers(0, num_classes, size=(n,))
-        noise = rng.integers(0, 256, size=(n, *input_shape), dtype=np.uint8)
-        # Halved before adding: uint8 throughout, the memory of real images.
-        return templates[labels] // 2 + noise // 2 + (templates[labels] & noise & 1), labels
+        images = aligned_empty((n, *input_shape))
+        for start in range(0, n, SYNTHETIC_CHUNK):
+            rows = slice(start, start + SYNTHETIC_CHUNK)
+            noise = rng.integers(0, 256, size=images[rows].shape, dtype=np.uint8)
+            template = templates[labels[rows]]
+            # Halved before adding: uint8 throughout, the memory of real images.
+            images[rows] = template // 2 + noise // 2 + (template & noise & 1)
+        return images, labels
 
     return split(count), split(held_out), split(max(1, count // 10))
 
@@ -295,10 +338,25 @@ def _tf_batches(config, batch_size, one_hot_classes, seed, host_augment, mirrore
     augmentation's draws are the uninterrupted run's. Under several
     replicas an evaluated split's batches hold a multiple of them, so that
     the first splits evenly (Keras 3.15 averages it across replicas to
-    learn its shapes)."""
+    learn its shapes).
+
+    A split of arrays keeps its images where they are. Handed to
+    `from_tensor_slices` as NumPy arrays, they were copied into a tensor
+    (twice over, in TensorFlow 2.21), and again for each new iterator,
+    which tf.data makes by rewriting the pipeline for its default
+    optimizations: a run held about four copies. So the pipeline starts
+    from a tensor that shares the array's memory (DLPack), and goes
+    without those optimizations: its steps are parallel and prefetched
+    as written."""
     import tensorflow as tf
 
     autotune = tf.data.AUTOTUNE
+
+    def shared(images):  # a tensor of the array's memory, no copy; copied where it cannot be
+        if images.ctypes.data % ALIGNMENT or not (images.flags.c_contiguous
+                                                  and images.flags.writeable):
+            images = aligned_rows(images, np.arange(len(images)))
+        return tf.experimental.dlpack.from_dlpack(images.__dlpack__())
 
     def to_model_input(images, labels):  # on whole batches: one op, not one per image
         images = tf.cast(images, tf.float32) / 255.0
@@ -313,9 +371,10 @@ def _tf_batches(config, batch_size, one_hot_classes, seed, host_augment, mirrore
         return tf.where(flip[:, None, None, None], tf.reverse(images, axis=[2]), images), labels
 
     def batches(split, training, cache=config["cache"], start=0):
-        dataset = split
-        if isinstance(split, tuple):  # arrays in memory already: nothing to cache
-            dataset, cache = tf.data.Dataset.from_tensor_slices(split), False
+        dataset, arrays = split, isinstance(split, tuple)
+        if arrays:  # in memory already: nothing to cache
+            images, labels = split
+            dataset, cache = tf.data.Dataset.from_tensor_slices((shared(images), labels)), False
         if cache:
             dataset = dataset.cache()
         if training:
@@ -346,6 +405,7 @@ def _tf_batches(config, batch_size, one_hot_classes, seed, host_augment, mirrore
         # and held the end of `fit` for up to 16 s.
         options = tf.data.Options()
         options.autotune.enabled = False
+        options.experimental_optimization.apply_default_optimizations = not arrays
         return dataset.prefetch(autotune).with_options(options)
 
     return batches

@@ -180,9 +180,16 @@ def _decode_with_tensorflow(files, input_shape):
         return tf.cast(tf.round(image), tf.uint8)
 
     paths = tf.data.Dataset.from_tensor_slices([os.fsencode(path) for path in files])
+    # Into one array, a batch at a time: a list of batches, concatenated,
+    # would hold every image twice.
+    images = np.empty((len(files), height, width, channels), np.uint8)
     try:
-        return np.concatenate(list(paths.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
-                                   .batch(1024).as_numpy_iterator()))
+        start = 0
+        for batch in (paths.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+                      .batch(1024).as_numpy_iterator()):
+            images[start:start + len(batch)] = batch
+            start += len(batch)
+        return images
     except tf.errors.InvalidArgumentError:
         for path in files:  # TensorFlow's error does not name the file: find it
             try:

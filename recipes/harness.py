@@ -37,7 +37,6 @@ import json
 import math
 import os
 import shlex
-import sys
 import zipfile
 from pathlib import Path
 
@@ -137,7 +136,7 @@ def callbacks(run, probe=None):
     found.append(keras.callbacks.ModelCheckpoint(
         run.dir / "checkpoints" / "best.keras", monitor=chosen["monitor"], save_best_only=True,
         # Keras starts each process with no best value, which any epoch beats.
-        initial_value_threshold=_best_epoch(_as_history(run.state.rows), chosen["monitor"]).get(
+        initial_value_threshold=_best_epoch(rundir.as_history(run.state.rows), chosen["monitor"]).get(
             chosen["monitor"])))
     if not is_chief(config):
         return found
@@ -169,7 +168,7 @@ def finish(run, result, strategy):
         print(f"worker {worker_task()[0]}: done, weights sha256 {metrics['weights_sha256']}",
               flush=True)
         return metrics
-    epochs = [row["epoch"] for row in read_rows(run.dir / "history.csv")]
+    epochs = [row["epoch"] for row in rundir.read_rows(run.dir / "history.csv")]
     wanted = list(range(config["train"]["epochs"]))
     if [int(float(epoch)) for epoch in epochs] != wanted:
         raise UserError(
@@ -195,7 +194,7 @@ def _metrics(run, result, strategy):
     from callbacks.timing import execution_mode
 
     config, model, splits = run.config, result.model, result.data
-    history = read_history(run.dir / "history.csv")
+    history = rundir.read_history(run.dir / "history.csv")
     return {
         "recipe": config["recipe"],
         "run_dir": str(run.dir),
@@ -226,7 +225,7 @@ def _metrics(run, result, strategy):
         # Every epoch's time, from history.csv: also the epochs an earlier,
         # interrupted process of this run trained.
         "timing": {**result.timing.summary(),
-                   "epoch_s": read_column(run.dir / "history.csv", "time_epoch_s")},
+                   "epoch_s": rundir.read_column(run.dir / "history.csv", "time_epoch_s")},
         "versions": _environment.versions(),
         "device": _environment.device_info(),
     }
@@ -376,40 +375,6 @@ def _check_header(path):
                         "then the logged names sorted): a column was added or moved by hand, "
                         "and the rows this run appends would not match it. Restore the header, "
                         "or start a new run.dir.")
-
-
-# ## history.csv, as the tools read it
-
-def read_rows(path, announce=None):
-    """history.csv's whole rows as dicts of strings; [] if there is none yet. A
-    row a kill tore while CSVLogger wrote it is left out, and `announce`
-    (e.g. `print`), if given, told so in one line."""
-    rows, torn = rundir.history_rows(Path(path))
-    if torn and announce:
-        announce(rundir.torn_note(path, torn))
-    return rows
-
-
-def read_history(path):
-    """history.csv's epochs as dicts of the model's metrics, each with its `epoch`."""
-    return _as_history(read_rows(path))
-
-
-def read_column(path, column):
-    """One column of history.csv as floats, for the epochs that have a number there."""
-    values = []
-    for row in read_rows(path):
-        try:
-            values.append(float(row.get(column)))
-        except (TypeError, ValueError):
-            continue  # no value: "" or NA
-    return values
-
-
-def _as_history(rows):
-    return [{k: (int(float(v)) if k == "epoch" else float(v)) for k, v in row.items()
-             if not k.startswith("time_") and v not in ("", "NA")}
-            for row in rows]
 
 
 def _best_epoch(epochs, monitor):

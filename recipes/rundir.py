@@ -273,3 +273,37 @@ def _keep_rows(path, epochs):
 def torn_note(path, torn):
     return (f"{path}: left out {len(torn)} incomplete row(s), what a kill during a write "
             f"leaves: {' | '.join(line.strip() for line in torn)}")
+
+
+# ## history.csv, as the harness and the tools read it
+
+def read_rows(path, announce=None):
+    """history.csv's whole rows as dicts of strings; [] if there is none yet. A
+    row a kill tore while CSVLogger wrote it is left out, and `announce`
+    (e.g. `print`), if given, told so in one line."""
+    rows, torn = history_rows(Path(path))
+    if torn and announce:
+        announce(torn_note(path, torn))
+    return rows
+
+
+def read_history(path):
+    """history.csv's epochs as dicts of the model's metrics, each with its `epoch`."""
+    return as_history(read_rows(path))
+
+
+def read_column(path, column):
+    """One column of history.csv as floats, for the epochs that have a number there."""
+    values = []
+    for row in read_rows(path):
+        try:
+            values.append(float(row.get(column)))
+        except (TypeError, ValueError):
+            continue  # no value: "" or NA
+    return values
+
+
+def as_history(rows):
+    return [{k: (int(float(v)) if k == "epoch" else float(v)) for k, v in row.items()
+             if not k.startswith("time_") and v not in ("", "NA")}
+            for row in rows]

@@ -12,7 +12,7 @@ import itertools
 import math
 from pathlib import Path
 
-from recipes import harness, rundir
+from recipes import rundir
 from recipes.runs import UserError
 from recipes.tools import Command, plots
 
@@ -28,7 +28,7 @@ def read_curve(run_dir):
     if not history.is_file():
         raise UserError(f"{run_dir} holds no history.csv: give the directory of a run "
                         "(runs/NAME/<timestamp>).")
-    rows = harness.read_rows(history, announce=print)  # a torn last row left out, said so
+    rows = rundir.read_rows(history, announce=print)  # a torn last row left out, said so
     if not rows or "val_accuracy" not in rows[0] or "time_epoch_s" not in rows[0]:
         raise UserError(f"{history} has no val_accuracy and time_epoch_s columns.")
     missing = [row["epoch"] for row in rows

@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 import recipes
-from recipes import RUNS_DIR, UserError, _config, harness
+from recipes import RUNS_DIR, UserError, _config, harness, rundir
 from recipes.tools import Command
 from recipes.tools.tables import markdown_table, write_csv
 
@@ -123,7 +123,7 @@ def _row(metrics):
     epoch_s = metrics["timing"]["epoch_s"]
     # The best epoch's, whatever callbacks.monitor picked for best.keras.
     accuracies = [epoch["val_accuracy"] for epoch in
-                  harness.read_history(Path(metrics["run_dir"]) / "history.csv")
+                  rundir.read_history(Path(metrics["run_dir"]) / "history.csv")
                   if "val_accuracy" in epoch]
     best = max(accuracies, default=None)
     return {
