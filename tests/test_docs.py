@@ -420,6 +420,8 @@ def test_every_shown_command_runs_for_a_few_steps(case, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setitem(_memory.WORKER_ENVIRONMENT, "PYTHONPATH", str(ROOT))
     for other_backend, argvs in itertools.groupby(case[1], key=on_other_backend):
+        if other_backend == "execution.backend=torch" and not _environment.installed("torch"):
+            pytest.skip("PyTorch is not installed here (requirements-torch.txt)")
         if other_backend:
             # Keras' backend is chosen once per process: a process of their own.
             argvs = list(argvs)
