@@ -232,9 +232,8 @@ def _metrics(run, result, strategy):
 
 
 def choose(config):
-    """`(run directory, created)`: with `run.resume`, the newest unfinished run
-    in runs/NAME/ of these settings; else `run.dir`, or a new
-    runs/NAME/<date>-<time>, created here so that no other run takes it.
+    """`(run directory, created)`: with `run.resume` and no `run.dir`, the newest
+    unfinished run in runs/NAME/ of these settings; else `rundir.choose`'s.
 
     Raises:
         UserError: run.resume finds no unfinished run of these settings; it
@@ -242,10 +241,7 @@ def choose(config):
     """
     name, run = config["recipe"], config["run"]
     if run["dir"] is not None or not run["resume"]:
-        if run["dir"] is None:
-            return rundir.new_directory(RUNS_DIR / name), True
-        run_dir = Path(run["dir"]).expanduser()
-        return run_dir, not run_dir.exists()
+        return rundir.choose(config)
     found = []
     for candidate in sorted((RUNS_DIR / name).glob("*"), reverse=True):
         if not (candidate / "config.yaml").exists() or (candidate / "metrics.json").exists():

@@ -17,6 +17,7 @@ from pathlib import Path
 import filelock
 import yaml
 
+from recipes import RUNS_DIR
 from recipes.errors import UserError
 
 # What may change when a run resumes; not the backend or precision, which train differently.
@@ -26,6 +27,15 @@ RESUMABLE_KEYS = {"run", "train.epochs", "execution.mode", "execution.steps_per_
 # after each epoch, in this order: the previous state copied to *.bkp, then these.
 BACKUP_WEIGHTS, BACKUP_METADATA = "latest.weights.h5", "training_metadata.json"
 DIGEST_PREFIX = "# sha256 of the lines above, written by the harness: "  # config.yaml's last line
+
+
+def choose(config):
+    """`(run directory, created)` of a run of `config`: `run.dir`, or a new
+    runs/NAME/<date>-<time>, created here so that no other run takes it."""
+    if config["run"]["dir"] is None:
+        return new_directory(RUNS_DIR / config["recipe"]), True
+    run_dir = Path(config["run"]["dir"]).expanduser()
+    return run_dir, not run_dir.exists()
 
 
 def timestamped(parent):

@@ -25,7 +25,7 @@ import sys
 import threading
 from pathlib import Path
 
-from recipes import RUNS_DIR, errors, rundir
+from recipes import errors, rundir
 from recipes.errors import (Interrupted, Terminated, TrainingDiverged, UserError,
                             exit_status, note_reported, raise_pending)
 from recipes.settings import DEFAULTS, data_defaults, declared_config, resolve, resolve_mode
@@ -135,19 +135,19 @@ class Run:
 
     @classmethod
     def open(cls, config, run_dir=None, reader=None):
-        """Locks `run_dir` (else `run.dir`, else a `rundir.new_directory`) and reads it
-        with `reader` (`rundir.inspect` unless given), writing nothing else; a
-        `UserError` when these settings cannot train there."""
-        if run_dir is None and config["run"]["dir"] is None:
-            run_dir, created = rundir.new_directory(RUNS_DIR / config["recipe"]), True
+        """Locks `run_dir` (else `rundir.choose`'s) and reads it with `reader`
+        (`rundir.inspect` unless given), writing nothing else; a `UserError`
+        when these settings cannot train there."""
+        if run_dir is None:
+            run_dir, created = rundir.choose(config)
         else:
-            run_dir = Path(run_dir or config["run"]["dir"]).expanduser()
+            run_dir = Path(run_dir).expanduser()
             created = not run_dir.exists()
-            try:
-                run_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as error:
-                raise UserError(f"Cannot create the run directory {run_dir}: {error.strerror}. "
-                                "Give a folder you can write to with run.dir=PATH.") from None
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UserError(f"Cannot create the run directory {run_dir}: {error.strerror}. "
+                            "Give a folder you can write to with run.dir=PATH.") from None
         lock = None
         try:
             lock = rundir.lock_run_dir(run_dir)

@@ -117,6 +117,21 @@ def output_and_gradients(layer, x, variables=()):
     return step(x)
 
 
+def kit_source(folder):
+    """What `pip install .` reads of the checkout, copied into `folder`: a build
+    writes build/ and *.egg-info where it runs, so two at once in the
+    checkout (pytest's two processes) would collide."""
+    import shutil
+
+    for name in ("pyproject.toml", "README.md"):
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / name, folder / name)
+    for name in ("recipes", "models", "callbacks", "configs"):
+        shutil.copytree(ROOT / name, folder / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return folder
+
+
 class FreshPythons:
     """Two virtual environments that see the pinned stack (this one's
     site-packages, through a .pth line) but not this checkout, nor the kit
@@ -132,8 +147,9 @@ class FreshPythons:
         self.folder = folder
         stack = sysconfig.get_paths()["purelib"]
         wheels = folder / "wheels"
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", str(ROOT),
-                        "-w", str(wheels)], check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                        str(kit_source(folder / "source")), "-w", str(wheels)], check=True,
+                       capture_output=True)
         self.wheel = next(wheels.glob("keras_course_recipes-*.whl"))
         for name in ("bare", "kit"):
             subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder / name)],

@@ -791,8 +791,10 @@ def interrupted(command, cwd, run_dir, sig, ready, copied=False):
     seconds after the start, for a number), and waits.
     Its output goes to files: a pipe nobody reads could block it."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        # As a terminal starts it: Ctrl-C's default action, whatever this process inherited.
         process = subprocess.Popen(command, cwd=cwd, env=environment(copied), stdout=out,
-                                   stderr=err, text=True)
+                                   stderr=err, text=True, preexec_fn=lambda: signal.signal(
+                                       signal.SIGINT, signal.SIG_DFL))
         started = time.monotonic()
         deadline = started + TIMEOUT_S
         while process.poll() is None and not (

@@ -218,9 +218,12 @@ def test_a_ctrl_c_while_keras_loads_is_one_line(how, tmp_path, fresh_pythons):
         command = [str(fresh_pythons.kit), "mnist_mlp.py"]
     else:
         command = [sys.executable, "-m", "recipes", "run", "mnist_mlp", "execution.onednn=null"]
+    # As a terminal starts it: Ctrl-C's default action (pytest-xdist's workers ignore SIGINT,
+    # and a child inherits that).
     process = subprocess.Popen([*command, *[item for item in TINY if "onednn" not in item],
                                 "train.epochs=3", "train.steps_per_epoch=50"], cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(1.5)  # Keras and TensorFlow are loading
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=120)

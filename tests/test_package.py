@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, kit_source
 
 
 def test_the_wheel_holds_the_kit_and_the_yaml_recipes(fresh_pythons):
@@ -53,7 +53,7 @@ def test_pip_installs_the_kit_from_a_clone_or_its_git_url(how, tmp_path):
                               "['purelib'])"], capture_output=True, text=True).stdout.strip()
     (tmp_path / purelib / "pinned_stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     if how == "editable":
-        source = ["--editable", str(ROOT)]
+        source = ["--editable", str(kit_source(tmp_path / "checkout"))]
     else:  # the committed tree, as a git URL gives it
         clone = tmp_path / "clone"
         subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
@@ -65,8 +65,8 @@ def test_pip_installs_the_kit_from_a_clone_or_its_git_url(how, tmp_path):
                             "len(recipes.names()))"], cwd=tmp_path, capture_output=True, text=True)
     folder, count = where.stdout.split()
     assert int(count) == len(__import__("recipes").names()), where.stderr
-    assert folder == str(ROOT / "configs") if how == "editable" else folder.endswith(
-        "site-packages/recipes/configs")
+    assert folder == str(tmp_path / "checkout" / "configs") if how == "editable" else (
+        folder.endswith("site-packages/recipes/configs"))
 
 
 @pytest.mark.slow
