@@ -252,6 +252,10 @@ def _tfds_splits(config):
     """(train, validation, test) tf.data datasets: the validation images are
     the last `data.validation_split` of tfds' train split, counted exactly
     (tfds' percent slices round to whole percents); None for 0."""
+    if importlib.util.find_spec("tensorflow_datasets") is None:
+        raise UserError("data.source=tfds needs tensorflow-datasets, not installed here: pip "
+                        "install tensorflow-datasets (the kit's [tensorflow] extra has it), or "
+                        "train on data.source=folder or synthetic.")
     import tensorflow_datasets as tfds
 
     name, where = config["name"], config["dir"] or "~/tensorflow_datasets"

@@ -183,5 +183,8 @@ class FreshPythons:
 
 
 @pytest.fixture(scope="session")
-def fresh_pythons(tmp_path_factory):
+def fresh_pythons(tmp_path_factory, request):
+    # A session fixture is made before `_no_process_under_test_fast` marks the test.
+    if request.config.getoption("markexpr") == "not slow":
+        pytest.fail("fresh_pythons starts processes (pip, venv): mark the test slow")
     return FreshPythons(tmp_path_factory.mktemp("fresh_pythons"))

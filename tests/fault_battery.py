@@ -39,6 +39,7 @@ import ast
 import collections
 import csv
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -105,8 +106,9 @@ class Case:
             would otherwise look in, or write, the repository's runs/.
         copied: a recipe module copied with its files into TMP/copy
             (`python -m recipes copy`), run there as `python NAME.py ARGS`
-            without the repository on PYTHONPATH; its runs write no
-            metrics.json (the repository's), and print the test metrics.
+            by a Python that sees the pinned stack but not the installed kit
+            (`bare_python`); its runs write no metrics.json (the
+            repository's), and print the test metrics.
         stdout_closed: standard output closed before it starts (`>&-`).
         concurrent: two processes of the command started at once; each must
             do what the case expects, in a run directory of its own.
@@ -163,7 +165,7 @@ def finished_run(*overrides, recipe="mnist_mlp"):
 def copied_run(recipe):
     """A setup: a run of 2 epochs in RUN, trained by the copied recipe in TMP/copy."""
     def setup(tmp):
-        result = execute([sys.executable, f"{recipe}.py",
+        result = execute([bare_python(), f"{recipe}.py",
                           *expand(copy("train.epochs=2", recipe=recipe), tmp)], tmp / "copy",
                          copied=True)
         if result.returncode != 0:
@@ -368,7 +370,7 @@ CASES = [
     Case("model.hidden_units=[]: softmax regression", run("model.hidden_units=[]"), TRAINS),
     Case("data.source not a choice", run("data.source=s3"), REFUSED),
     Case("data.name unknown", run("data.name=imagenet"), REFUSED),
-    Case("execution.backend not a choice", run("execution.backend=torch"), REFUSED),
+    Case("execution.backend not a choice", run("execution.backend=numpy"), REFUSED),
     Case("execution.precision not a choice", run("execution.precision=float16"), REFUSED),
     Case("execution.mode not a choice", run("execution.mode=jit"), REFUSED),
     Case("execution.strategy=multi_worker without TF_CONFIG",
@@ -724,6 +726,7 @@ CASES = [
     Case("anchor --script not UTF-8", ["anchor", "densenet_cifar10_cpu", "--script", "TMP/a.py",
                                        "runs=1", "data.source=folder", "data.path=TMP"], REFUSED,
          write("a.py", b"\xff\xfe airbench"), in_temp_dir=True),
+    Case("execution.backend=torch: Keras on PyTorch", run("execution.backend=torch"), TRAINS),
     Case("anchor on a folder without train/: nothing left behind",
          ["anchor", "densenet_cifar10_cpu", "--script", "TMP/airbench94_muon.py", "runs=1",
           "data.source=folder", "data.path=TMP"], REFUSED, lambda tmp: airbench_stand_in(tmp),
@@ -746,6 +749,23 @@ class Outcome:
     returncode: int
     stdout: str
     stderr: str
+
+
+@functools.cache
+def bare_python():
+    """A Python that sees this one's packages but not the kit installed in it (its
+    editable install's finder runs from a .pth file this one's site runs, not
+    from the path a .pth line adds): what a copied recipe runs on elsewhere."""
+    import sysconfig
+
+    folder = Path(tempfile.mkdtemp(prefix="fault-battery-python-"))
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    python = folder / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                              "['purelib'])"], capture_output=True, text=True, check=True)
+    Path(purelib.stdout.strip(), "pinned_stack.pth").write_text(
+        sysconfig.get_paths()["purelib"] + "\n")
+    return str(python)
 
 
 def expand(args, tmp):
@@ -836,7 +856,7 @@ def run_case(case, tmp):
         background = case.setup(tmp) if case.setup else None
     except (SetupFailed, subprocess.TimeoutExpired) as error:
         return OTHER, f"setup failed: {error}"
-    command = ([sys.executable, f"{case.copied}.py"] if copied
+    command = ([bare_python(), f"{case.copied}.py"] if copied
                else [sys.executable, "-m", "recipes"]) + expand(case.args, tmp)
     cwd = tmp / "copy" if copied else tmp if case.in_temp_dir else ROOT
     run_dir = tmp / case.run_dir
@@ -856,8 +876,10 @@ def run_case(case, tmp):
                                    for outcome, directory in zip(outcomes, found)),
                                   key=lambda pair: pair[0] != OK)
         else:
+            before = set((tmp / "runs").rglob("*"))
             outcome = execute(command, cwd, copied, stdout_closed=case.stdout_closed)
-            klass, note = classify(case, outcome, run_dir)
+            written = sorted(set((tmp / "runs").rglob("*")) - before) if case.in_temp_dir else []
+            klass, note = classify(case, outcome, run_dir, left=written[0] if written else None)
     except subprocess.TimeoutExpired:
         klass, note = OTHER, f"still running after {TIMEOUT_S} s"
     finally:
@@ -916,16 +938,17 @@ def last_line(stderr):
     return lines[-1].strip() if lines else ""
 
 
-def classify(case, outcome, run_dir, first=None):
-    """(class, note) of a case's outcome; `first`: the interrupted process's, for STOPS."""
+def classify(case, outcome, run_dir, first=None, left=None):
+    """(class, note) of a case's outcome; `first`: the interrupted process's, for STOPS;
+    `left`: a path below TMP/runs the command wrote, for a refused one."""
     for process in filter(None, (first, outcome)):
         if "Traceback" in process.stderr:
             return TRACEBACK, last_line(process.stderr)
     if case.expect == REFUSED:
         if outcome.returncode == 0:
             return SILENT_WRONG, "exit 0: not refused"
-        if case.in_temp_dir and (run_dir.parent / "runs").exists():
-            return SILENT_WRONG, "refused, but left TMP/runs behind"
+        if left:
+            return SILENT_WRONG, f"refused, but left {left} behind"
         if REFUSAL.match(last_line(outcome.stderr)):
             return OK, last_line(outcome.stderr)
         return OTHER, f"exit {outcome.returncode}, stderr ends: {last_line(outcome.stderr)}"

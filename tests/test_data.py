@@ -166,3 +166,15 @@ def test_the_data_benchmark_times_the_recipe_pipeline(tmp_path, monkeypatch, cap
         "data.source=synthetic", "data.synthetic_examples=64", "data.batch_size=8"])
     assert (result["batch_size"], result["augment_on"], result["train_examples"]) == (8, "host", 64)
     assert f"delivers {result['images_per_s']:,.0f} images/s" in capsys.readouterr().out
+
+
+def test_without_tensorflow_datasets_the_tfds_source_is_one_line(monkeypatch):
+    """An optional part of the kit: its absence is one line, not a traceback."""
+    import sys
+
+    from recipes import UserError, data
+
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # as if not installed
+    with pytest.raises(UserError, match="data.source=tfds needs tensorflow-datasets, not "
+                                        "installed here: pip install tensorflow-datasets"):
+        data._tfds_splits({**data.DEFAULTS, "name": "mnist"})

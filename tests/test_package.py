@@ -11,6 +11,7 @@ import pytest
 from conftest import ROOT, kit_source
 
 
+@pytest.mark.slow  # pip builds the wheel in a process
 def test_the_wheel_holds_the_kit_and_the_yaml_recipes(fresh_pythons):
     names = zipfile.ZipFile(fresh_pythons.wheel).namelist()
     for path in ("recipes/runs.py", "recipes/settings.py", "recipes/rundir.py", "recipes/errors.py",
