@@ -36,7 +36,7 @@ try:
     from callbacks.timing import Timing
     from models.simple_cnn import simple_cnn
 except ImportError as missing:  # the kit is not installed where this Python runs
-    raise SystemExit(f"{missing}: this recipe runs on its kit, the keras-course-recipes "
+    raise SystemExit(f"error: {missing}: this recipe runs on its kit, the keras-course-recipes "
                      "package: pip install it where this Python runs (its README says "
                      "how).") from None
 

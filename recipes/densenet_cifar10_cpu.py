@@ -56,7 +56,7 @@ try:
     from callbacks.timing import Timing
     from models.densenet_whitened import densenet_whitened, test_time_views, view_metrics
 except ImportError as missing:  # the kit is not installed where this Python runs
-    raise SystemExit(f"{missing}: this recipe runs on its kit, the keras-course-recipes "
+    raise SystemExit(f"error: {missing}: this recipe runs on its kit, the keras-course-recipes "
                      "package: pip install it where this Python runs (its README says "
                      "how).") from None
 

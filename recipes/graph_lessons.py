@@ -46,7 +46,7 @@ try:
     from callbacks.timing import Timing
     from models.rnn import row_lstm
 except ImportError as missing:  # the kit is not installed where this Python runs
-    raise SystemExit(f"{missing}: this recipe runs on its kit, the keras-course-recipes "
+    raise SystemExit(f"error: {missing}: this recipe runs on its kit, the keras-course-recipes "
                      "package: pip install it where this Python runs (its README says "
                      "how).") from None
 

@@ -102,8 +102,8 @@ def test_without_its_kit_a_recipe_says_what_to_install_in_one_line(missing, tmp_
     line = result.stderr.splitlines()[-1]  # after TensorFlow's start-up notices, if it started
     assert line.endswith("this recipe runs on its kit, the keras-course-recipes package: pip "
                          "install it where this Python runs (its README says how).")
-    assert line.startswith("No module named 'recipes'" if missing == "the kit" else
-                           "cannot import name 'augment' from 'recipes'"), line
+    assert line.startswith("error: No module named 'recipes'" if missing == "the kit" else
+                           "error: cannot import name 'augment' from 'recipes'"), line
 
 
 @pytest.mark.slow
