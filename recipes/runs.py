@@ -45,7 +45,8 @@ def main(name, config, run, schema=None):
     import keras
 
     caller = inspect.currentframe().f_back.f_globals  # the recipe's file, or a notebook's
-    in_kernel = "ipykernel" in sys.modules
+    # An IPython shell runs this (a kernel's cell), not ipykernel merely imported (by jupyter_client).
+    in_kernel = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)() is not None
     # A kernel's argv is its own (Jupyter's -f FILE, VS Code's --f=FILE, Colab's
     # launcher): overrides come from the command line of the file that calls this.
     ran_as_file = "__file__" in caller and Path(sys.argv[0]).name == Path(caller["__file__"]).name
