@@ -16,7 +16,7 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe notebooks wheel copy anchor sweep compare compare-sizes benchmark benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak battery test test-fast tensorboard clean
+.PHONY: help setup list show recipe notebooks wheel copy anchor tfds-to-folder sweep compare compare-sizes benchmark benchmark-backends benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak battery test test-fast tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
@@ -24,6 +24,7 @@ help:
 	@echo "make wheel                                         dist/*.whl: the kit, to pip install elsewhere (Colab)"
 	@echo "make copy NAME=<recipe> DIR=<folder>               the recipe and the kit's files it imports, copied into a folder"
 	@echo "make anchor SCRIPT=<airbench94*.py> DATA=<cifar10> [RUNS=3]  cifar10-airbench beside the recipe, this CPU"
+	@echo "make tfds-to-folder DATASET=cifar10 DIR=<folder>   tfds' train and test splits as PNG folders (needs a network)"
 	@echo "make recipe-multiworker NAME=<recipe> [WORKERS=2] [ARGS=...] train on N local worker processes"
 	@echo "make sweep NAME=<recipe> GRID=\"k=[a,b] ...\" [ARGS=...] every combination, with a results table"
 	@echo "    ... ONE_AT_A_TIME=1                             or each value alone, from the recipe's settings"
@@ -31,6 +32,7 @@ help:
 	@echo "make compare NAME=<recipe> [ARGS=\"modes=... steps=N repeats=N\"] time each execution mode"
 	@echo "make compare-sizes NAME=<recipe> [ARGS=...]        the same at four model sizes, with a plot"
 	@echo "make benchmark                                     fit's overhead and input wait, per recipe module"
+	@echo "make benchmark-backends [SCRIPT=airbench94_muon.py] [ARGS=...]  densenet_cifar10_cpu's step on each backend"
 	@echo "make benchmark-lessons                             the tf.function lessons' timings"
 	@echo "make preview NAME=<recipe> [ARGS=...]              PNG of training images before/after augmentation"
 	@echo "make benchmark-augment [NAME=<recipe>]             augmentation images/s; training on host vs device"
@@ -93,6 +95,18 @@ anchor: $(INSTALLED)
 	@test -n "$(SCRIPT)" -a -n "$(DATA)" || { echo "usage: make anchor SCRIPT=airbench94_muon.py DATA=<folder with train/> [RUNS=3] [NAME=...] [ARGS=...]"; exit 2; }
 	@$(PY) -m recipes anchor $(or $(NAME),densenet_cifar10_cpu) --script $(SCRIPT) \
 	    runs=$(or $(RUNS),3) data.source=folder data.path=$(DATA) $(ARGS)
+
+# densenet_cifar10_cpu's (or NAME's) training step on TensorFlow (with and
+# without its own kernels), JAX and torch (channels-last and -first), and with
+# SCRIPT=airbench94_muon.py PyTorch's own step beside them. Not a test: it reports.
+benchmark-backends: $(INSTALLED)
+	@$(PY) -m recipes backends $(or $(NAME),densenet_cifar10_cpu) $(if $(SCRIPT),--script $(SCRIPT)) $(ARGS)
+
+# tensorflow-datasets' DATASET (cifar10, ...) as DIR/train/ and DIR/test/ of
+# lossless PNGs, for data.source=folder; run once where a network is.
+tfds-to-folder: $(INSTALLED)
+	@test -n "$(DATASET)" -a -n "$(DIR)" || { echo "usage: make tfds-to-folder DATASET=cifar10 DIR=<folder>"; exit 2; }
+	@$(PY) -m recipes tfds-to-folder $(DATASET) $(DIR)
 
 # MultiWorkerMirroredStrategy on WORKERS local processes (docs/distributed.md).
 WORKERS ?= 2

@@ -34,12 +34,13 @@ from keras import layers, ops
 MATMUL_FILTER_GRADIENT_MAX_PIXELS = 64
 
 
-def _conv(x, filters, weight_decay, identity_init, matmul_filter_gradient, name):
+def _conv(x, filters, weight_decay, identity_init, matmul_filter_gradient, data_format, name):
     # Torch's default draw, uniform in +-1/sqrt(fan_in), with or without the identity filters.
     drawn = keras.initializers.VarianceScaling(1 / 3, mode="fan_in", distribution="uniform")
-    small = x.shape[1] * x.shape[2] <= MATMUL_FILTER_GRADIENT_MAX_PIXELS
+    height, width = x.shape[1:3] if data_format == "channels_last" else x.shape[2:4]
+    small = height * width <= MATMUL_FILTER_GRADIENT_MAX_PIXELS
     conv = MatmulFilterGradientConv2D if matmul_filter_gradient and small else layers.Conv2D
-    return conv(filters, 3, padding="same", use_bias=False,
+    return conv(filters, 3, padding="same", use_bias=False, data_format=data_format,
                 kernel_initializer=PartialIdentity() if identity_init else drawn,
                 kernel_regularizer=keras.regularizers.L2(weight_decay / 2)
                 if weight_decay else None, name=name)(x)
@@ -49,11 +50,11 @@ def _activation(activation, fused, name):
     return (FusedActivation if fused else layers.Activation)(activation, name=name)
 
 
-def _bn_act(x, momentum, beta_weight_decay, activation, fused, fused_activation, name):
+def _bn_act(x, momentum, beta_weight_decay, activation, fused, fused_activation, axis, name):
     # Without a scale (airbench's frozen weight of 1): the next convolution scales.
     batch_norm = FusedBatchNormalization if fused else layers.BatchNormalization
     x = batch_norm(
-        momentum=momentum, epsilon=1e-5, scale=False, name=f"{name}_bn",
+        axis=axis, momentum=momentum, epsilon=1e-5, scale=False, name=f"{name}_bn",
         beta_regularizer=keras.regularizers.L2(beta_weight_decay / 2)
         if beta_weight_decay else None)(x)
     return _activation(activation, fused_activation, f"{name}_{activation}")(x)
@@ -65,7 +66,7 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
                       conv_weight_decay=None, activation="gelu", head_scale=1 / 9,
                       whitening=True, identity_init=True, fused_batch_norm=True,
                       fused_activation=True, matmul_filter_gradient=True, dense_connections=True,
-                      name="densenet_whitened"):
+                      data_format="channels_last", name="densenet_whitened"):
     """Builds the network.
 
     Args:
@@ -108,6 +109,11 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
             `growth_rates` and one layer per block, that is airbench94's own
             network (64, 256, 256), a control to measure the dense
             connections against; not a DenseNet.
+        data_format: the layout of the maps inside the network;
+            "channels_first" (the model transposes its channels-last input
+            once, after `normalization`) suits backends whose convolutions
+            are channels-first, PyTorch's. TensorFlow's CPU kernels take
+            channels-last only.
         name: the model's name.
 
     Returns:
@@ -118,27 +124,33 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
                          f"widths={widths}, growth_rates={growth_rates}")
     inputs = keras.Input(shape=input_shape, name="image")
     x = normalization(inputs) if normalization else inputs
+    channels = 1 if data_format == "channels_first" else -1
+    if channels == 1:
+        x = layers.Permute((3, 1, 2), name="to_channels_first")(x)
     if whitening:
-        first = PatchWhitening(size=2, name="whitening")
+        first = PatchWhitening(size=2, data_format=data_format, name="whitening")
         first.adapt(whitening_images)
     else:
-        first = layers.Conv2D(2 * 2 * 2 * input_shape[-1], 2, name="whitening")
+        first = layers.Conv2D(2 * 2 * 2 * input_shape[-1], 2, data_format=data_format,
+                              name="whitening")
     x = _activation(activation, fused_activation, f"whitening_{activation}")(first(x))
     bn_args = dict(momentum=batch_norm_momentum, beta_weight_decay=beta_weight_decay,
                    activation=activation, fused=fused_batch_norm,
-                   fused_activation=fused_activation)
+                   fused_activation=fused_activation, axis=channels)
     conv_args = dict(weight_decay=weight_decay if conv_weight_decay is None else conv_weight_decay,
-                     identity_init=identity_init, matmul_filter_gradient=matmul_filter_gradient)
+                     identity_init=identity_init, matmul_filter_gradient=matmul_filter_gradient,
+                     data_format=data_format)
     for block, (width, growth) in enumerate(zip(widths, growth_rates), start=1):
         x = _conv(x, width, name=f"block{block}_conv", **conv_args)
-        x = layers.MaxPooling2D(2, name=f"block{block}_pool")(x)
+        x = layers.MaxPooling2D(2, data_format=data_format, name=f"block{block}_pool")(x)
         x = _bn_act(x, name=f"block{block}", **bn_args)
         for index in range(1, layers_per_block + 1):
             prefix = f"block{block}_layer{index}"
             y = _conv(x, growth, name=f"{prefix}_conv", **conv_args)
             y = _bn_act(y, name=prefix, **bn_args)
-            x = layers.Concatenate(name=f"{prefix}_concat")([x, y]) if dense_connections else y
-    x = layers.GlobalMaxPooling2D(name="pool")(x)
+            x = (layers.Concatenate(axis=channels, name=f"{prefix}_concat")([x, y])
+                 if dense_connections else y)
+    x = layers.GlobalMaxPooling2D(data_format=data_format, name="pool")(x)
     logits = layers.Dense(num_classes, use_bias=False, name="logits",
                           kernel_regularizer=keras.regularizers.L2(weight_decay / 2)
                           if weight_decay else None)(x)
@@ -172,6 +184,8 @@ class PatchWhitening(keras.layers.Layer):
             the output is `size - 1` pixels smaller.
         epsilon: added to each eigenvalue, so that the near-zero ones do not
             blow up their filters.
+        data_format: of the images it is called on ("channels_first" or
+            "channels_last"); `adapt` takes channels-last images either way.
 
     Example:
 
@@ -182,13 +196,14 @@ class PatchWhitening(keras.layers.Layer):
     ```
     """
 
-    def __init__(self, size=2, epsilon=5e-4, **kwargs):
+    def __init__(self, size=2, epsilon=5e-4, data_format="channels_last", **kwargs):
         super().__init__(**kwargs)
-        self.size, self.epsilon = size, epsilon
+        self.size, self.epsilon, self.data_format = size, epsilon, data_format
 
     def build(self, input_shape):
-        patch = self.size * self.size * input_shape[-1]
-        self.kernel = self.add_weight(shape=(self.size, self.size, input_shape[-1], 2 * patch),
+        channels = input_shape[1 if self.data_format == "channels_first" else -1]
+        patch = self.size * self.size * channels
+        self.kernel = self.add_weight(shape=(self.size, self.size, channels, 2 * patch),
                                       initializer="zeros", trainable=False, name="kernel")
         self.bias = self.add_weight(shape=(2 * patch,), initializer="zeros", name="bias")
 
@@ -196,20 +211,29 @@ class PatchWhitening(keras.layers.Layer):
         """Sets the filters from `images`, an array (n, height, width, channels)."""
         images = np.asarray(images, dtype=np.float64)
         if not self.built:
-            self.build(images.shape)
+            self.build(images.shape if self.data_format == "channels_last"
+                       else np.take(images.shape, [0, 3, 1, 2]))
         self.kernel.assign(whitening_filters(images, self.size, self.epsilon))
 
     def call(self, images):
         kernel = ops.cast(self.kernel, self.compute_dtype)
-        return ops.conv(images, kernel, padding="valid") + ops.cast(self.bias, self.compute_dtype)
+        bias = ops.cast(self.bias, self.compute_dtype)
+        if self.data_format == "channels_first":
+            bias = ops.reshape(bias, (-1, 1, 1))
+        return ops.conv(images, kernel, padding="valid", data_format=self.data_format) + bias
 
     def compute_output_shape(self, input_shape):
-        trim = self.size - 1
-        height, width = (None if s is None else s - trim for s in input_shape[1:3])
-        return (input_shape[0], height, width, 2 * self.size * self.size * input_shape[-1])
+        trim, first = self.size - 1, self.data_format == "channels_first"
+        channels = input_shape[1 if first else -1]
+        height, width = (None if s is None else s - trim
+                         for s in (input_shape[2:4] if first else input_shape[1:3]))
+        maps = 2 * self.size * self.size * channels
+        return ((input_shape[0], maps, height, width) if first
+                else (input_shape[0], height, width, maps))
 
     def get_config(self):
-        return {**super().get_config(), "size": self.size, "epsilon": self.epsilon}
+        return {**super().get_config(), "size": self.size, "epsilon": self.epsilon,
+                "data_format": self.data_format}
 
 
 def whitening_filters(images, size, epsilon):

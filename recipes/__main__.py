@@ -53,7 +53,8 @@ TOOLS = {"curves": "curves", "sweep": "sweep", "compare": "compare", "compare-si
          "scaling": "compare", "preview": "preview", "graph": "graph", "profile": "profile",
          "soak": "soak", "augment-benchmark": "augment_bench", "data-benchmark": "data_bench",
          "memory": "memory", "multiworker": "multiworker", "notebooks": "notebooks",
-         "copy": "copy", "anchor": "anchor"}
+         "copy": "copy", "anchor": "anchor",
+         "tfds-to-folder": "tfds_folder", "backends": "backends"}
 
 
 def commands(names=None):

@@ -92,6 +92,7 @@ CONFIG = {
         "identity_init": True,  # False: every convolution filter drawn at random
         "test_time_views": 6,  # 1, 2 (mirror) or 6 (mirror x three shifts)
         "test_time_average": "probabilities",  # or logits, airbench's: the softmax of the views' mean logit
+        "data_format": "channels_last",  # TensorFlow's CPU kernels' layout; channels_first: PyTorch's (torch, JAX only)
     },
     "train": {
         "epochs": 20,  # airbench94 trains 9.9 on 50,000 images
@@ -118,6 +119,7 @@ CONFIG = {
 }
 # Keys of CONFIG that take one of a few values.
 CONFIG_SCHEMA = {"model.test_time_views": [1, 2, 6],
+                 "model.data_format": ["channels_last", "channels_first"],
                  "model.test_time_average": ["probabilities", "logits"],
                  "train.schedule": ["triangle", "linear"],
                  "train.optimizer": ["sgd", "muon"]}
@@ -133,6 +135,9 @@ def build(config, initial_epoch=0):
             the ones an uninterrupted run trains on.
     """
     model_config, train, execution = config["model"], config["train"], config["execution"]
+    if model_config["data_format"] == "channels_first" and keras.backend.backend() == "tensorflow":
+        raise runs.UserError("model.data_format=channels_first is for execution.backend=torch or "
+                             "jax: TensorFlow's CPU kernels take channels_last only.")
     # Every random draw from one seed, and the dtype policy, before anything is built.
     keras.utils.set_random_seed(execution["seed"])
     keras.mixed_precision.set_global_policy(execution["precision"])
@@ -162,7 +167,7 @@ def build(config, initial_epoch=0):
         fused_batch_norm=model_config["fused_batch_norm"],
         fused_activation=model_config["fused_activation"],
         matmul_filter_gradient=model_config["matmul_filter_gradient"],
-        weight_decay=model_config["weight_decay"],
+        data_format=model_config["data_format"], weight_decay=model_config["weight_decay"],
         # Muon fixes the kernels' norm each step: decay would only pull against it.
         conv_weight_decay=0.0 if train["optimizer"] == "muon" else None,
         # The offsets train at bias_lr_scale x the rate: the same decay per step.

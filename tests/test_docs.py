@@ -165,7 +165,9 @@ def test_the_layout_names_every_module_and_callback():
 # never run here (`battery` runs a case in tests/test_trust.py; `anchor` needs
 # PyTorch and a user's copy of cifar10-airbench, tests/test_anchor.py patches a
 # stand-in).
-NOT_RECIPE_COMMANDS = {"setup", "test", "test-fast", "tensorboard", "battery", "anchor", "wheel"}
+# `tfds-to-folder` needs a network: tests/test_tfds_folder.py runs it on tfds' mock data.
+NOT_RECIPE_COMMANDS = {"setup", "test", "test-fast", "tensorboard", "battery", "anchor", "wheel",
+                       "tfds-to-folder"}
 
 
 def not_run(words):

@@ -124,24 +124,35 @@ def _measure(name, modes, steps, config_files, overrides, out_dir, quiet, repeat
     jobs = [(turn, mode) for turn in range(repeats) for mode in modes]
     for number, (turn, mode) in enumerate(jobs, 1):
         label = mode if turn == 0 else f"{mode}-{turn + 1}"
-        job = {"name": name, "mode": mode, "steps": steps, "config_files": list(map(str, config_files)),
-               "overrides": list(overrides), "out": str(out_dir / "modes" / f"{label}.json"),
-               "run_dir": str(out_dir / "modes" / label)}
-        # Keras reads its backend once, on import: the worker's is set before it starts.
-        backend = BACKEND_MODES.get(mode, ("tensorflow",))[0]
-        result = subprocess.run([sys.executable, "-m", "recipes.tools.measure", json.dumps(job)],
-                                capture_output=True, text=True,
-                                env={**os.environ, "KERAS_BACKEND": backend})
-        if result.returncode != 0:
-            raise UserError(f"Mode {mode} failed (exit {result.returncode}):\n"
-                            + result.stderr[-3000:])
-        measured = json.loads(Path(job["out"]).read_text())
+        measured = measure_mode(name, mode, steps, config_files, overrides, out_dir / "modes",
+                                label)
         by_mode[mode].append(measured["row"])
         if not quiet:
-            row = measured["row"]
-            print(f"[{number}/{len(jobs)}] {label:<15} {row['step_ms_median']:9.2f} ms/step "
-                  f"{row['images_per_s']:10.0f} images/s  trace {row['trace_s']:.2f} s", flush=True)
+            print(f"[{number}/{len(jobs)}] {label:<15} {step_line(measured['row'])}", flush=True)
     return by_mode, measured
+
+
+def measure_mode(name, mode, steps, config_files, overrides, folder, label):
+    """Recipe `name`'s training step in `mode`, measured in a process of its own
+    (`recipes/tools/measure.py`); returns its result, also in `folder/LABEL.json`."""
+    job = {"name": name, "mode": mode, "steps": steps, "config_files": list(map(str, config_files)),
+           "overrides": list(overrides), "out": str(folder / f"{label}.json"),
+           "run_dir": str(folder / label)}
+    # Keras reads its backend once, on import: the worker's is set before it starts.
+    backend = BACKEND_MODES.get(mode, ("tensorflow",))[0]
+    result = subprocess.run([sys.executable, "-m", "recipes.tools.measure", json.dumps(job)],
+                            capture_output=True, text=True,
+                            env={**os.environ, "KERAS_BACKEND": backend})
+    if result.returncode != 0:
+        raise UserError(f"Mode {mode} failed (exit {result.returncode}):\n"
+                        + result.stderr[-3000:])
+    return json.loads(Path(job["out"]).read_text())
+
+
+def step_line(row):
+    """One measured row as a line of progress."""
+    return (f"{row['step_ms_median']:9.2f} ms/step {row['images_per_s']:10.0f} images/s  "
+            f"trace {row['trace_s']:.2f} s")
 
 
 def _median_run(measured_runs):
