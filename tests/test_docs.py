@@ -257,6 +257,29 @@ RUN_ELSEWHERE = {
     "make soak": "tests/test_faults.py::test_the_soak_kills_and_resumes_a_run_to_its_end",
     "make benchmark-augment NAME=cifar10_cnn 'ARGS=data.augment=[pad_crop,flip,randaugment]'":
         "tests/test_augment.py::test_augment_benchmark_writes_both_tables",
+    # docs/backends.md's recipes on JAX and torch: in the processes of the tests
+    # that train every recipe there (test_jax_backend.py's README_RUNS).
+    **dict.fromkeys([
+        "make recipe NAME=mnist_mlp ARGS=execution.backend=jax",
+        "make recipe NAME=cifar10_cnn 'ARGS=execution.backend=jax execution.mode=eager'",
+        "make recipe NAME=densenet_cifar10_wide 'ARGS=execution.backend=jax "
+        "data.augment_on=device data.augment_engine=keras'",
+        "python -m recipes run densenet_cifar10_wide execution.backend=jax data.source=folder "
+        "data.path=DATA data.augment_engine=keras",
+        "python -m recipes run densenet_cifar10_95 execution.backend=jax data.source=folder "
+        "data.path=DATA execution.seed=0 train.optimizer=sgd train.schedule=triangle "
+        "train.epochs=17 'data.augment=[flip, {pad_crop: {padding: 2, fill: reflect}}]'",
+        "python -m recipes run densenet_cifar10_cpu execution.backend=jax data.source=folder "
+        "data.path=DATA",
+        "python -m recipes run fashion_mnist_cnn execution.backend=jax data.source=folder "
+        "data.path=DATA",
+        "make recipe NAME=mnist_mlp 'ARGS=execution.backend=jax data.source=folder data.path=DATA'",
+        "python -m recipes run mnist_mlp execution.backend=jax data.source=folder data.path=DATA",
+    ], "tests/test_jax_backend.py::test_every_portable_recipe_trains_on_jax"),
+    "make memory NAME=revnet_cifar10":
+        "tests/test_revnet.py::test_the_memory_tool_writes_its_table_and_plot",
+    "make recipe NAME=mnist_mlp ARGS=execution.backend=torch":
+        "tests/test_torch_backend.py::test_a_recipe_trains_on_torch_and_does_not_resume_on_another_backend",
 }
 
 
@@ -282,7 +305,7 @@ TINY_OPTIONS = {
     "scaling": ["steps=2", "repeats=1"],
     "memory": ["steps=1", "backprop=standard", "model.variant=revnet38"],
     "soak": ["kills=2", "train.epochs=8", "train.steps_per_epoch=40"],
-    "augment-benchmark": ["steps=2"],
+    "augment-benchmark": ["steps=2", "batches=2"],
     "data-benchmark": ["steps=2"],
     "profile": ["data.synthetic_examples=256"],
 }

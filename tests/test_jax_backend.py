@@ -73,12 +73,21 @@ def tiny(name, tmp_path, *overrides):
 ON_JAX = {"mnist_mlp": ["mnist_mlp", "mnist_softmax"], "mnist_cnn": ["mnist_cnn"],
           "cifar10_cnn": ["cifar10_cnn"], "densenet_cifar10_cpu": ["densenet_cifar10_cpu"],
           "densenet_cifar100": ["densenet_cifar100", "densenet_cifar100_modern"]}
-# The other JAX commands of docs/backends.md, in their module's process:
-# label -> (recipe, overrides, the mode and augmentation placement it records).
+# The other JAX commands of docs/backends.md, in their module's process
+# (tests/test_docs.py's RUN_ELSEWHERE lists them, so that they start no
+# process of their own): label -> (recipe, overrides, the mode and
+# augmentation placement it records).
 README_RUNS = {
     "cifar10_cnn": {"cifar10_cnn eager": ("cifar10_cnn", ["execution.mode=eager"],
                                           "eager", "host")},
-    # densenet_cifar10_cpu on the device: in the test without TensorFlow, below.
+    "mnist_cnn": {"fashion_mnist_cnn": ("fashion_mnist_cnn", [], "xla", None)},
+    "densenet_cifar10_cpu": {"densenet_cifar10_95 on sgd": (
+        "densenet_cifar10_95", ["execution.seed=0", "train.optimizer=sgd", "train.schedule=triangle",
+                                "data.augment=[flip, {pad_crop: {padding: 2, fill: reflect}}]"],
+        "xla", "device")},
+    "densenet_cifar100": {"densenet_cifar10_wide": (
+        "densenet_cifar10_wide", ["data.augment_on=device", "data.augment_engine=keras"],
+        "xla", "device")},
 }
 
 

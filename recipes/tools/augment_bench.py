@@ -18,7 +18,7 @@ import numpy as np
 
 from recipes import RUNS_DIR, UserError, _config, rundir
 from recipes._environment import device_label
-from recipes.tools import Command, compare
+from recipes.tools import Command, compare, count
 from recipes.tools.tables import markdown_table, number_cell, write_csv
 
 OPERATION_COLUMNS = ["engine", "operation", "host_images_per_s", "device_images_per_s"]
@@ -114,7 +114,7 @@ def _device_rate(augment, images, labels, batches):
 
 COMMANDS = (
     Command("augment-benchmark", "time each augmentation, and training with it on host and "
-                                 "device (option steps=N)",
-            benchmark, (compare.STEPS_OPTION,),
+                                 "device (options steps=N, batches=N)",
+            benchmark, (compare.STEPS_OPTION, count("batches", 20, minimum=1)),
             tensorflow_only="it times augmentation in tf.data and in TensorFlow's training step"),
 )
