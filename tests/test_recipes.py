@@ -17,8 +17,10 @@ from recipes import harness
 from recipes.augment import network_of
 
 # graph, the default, trains every recipe name below (tensorflow-datasets'
-# mock data), every module mixed-precision and copied (tests/test_copy.py).
-MODES = ["eager", "xla"]
+# mock data) and every module copied (tests/test_copy.py). Each of the other
+# modes' runs is also one of the precisions the docs document: every module
+# trains in every mode and under every precision, a run each.
+PRECISION_OF_MODE = {"eager": "mixed_float16", "xla": "mixed_bfloat16"}
 MODULES = sorted({recipes.module_of(name) for name in recipes.names()})
 TIMING_KEYS = {"trace_s", "step_ms_median", "images_per_s", "input_wait_fraction", "epoch_s"}
 pytestmark = pytest.mark.slow  # every test here trains
@@ -38,10 +40,14 @@ def test_build_says_what_run_trains_and_trains_nothing(name, tiny_config, tmp_pa
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", PRECISION_OF_MODE)
 @pytest.mark.parametrize("name", MODULES)
-def test_recipe_trains_in_each_mode(name, mode, tiny_config, tmp_path):
-    config = tiny_config(name, f"execution.mode={mode}", "train.epochs=2")
+def test_recipe_trains_in_each_mode_and_precision(name, mode, tiny_config, tmp_path):
+    """The mode, and the precision: the layers compute in the half type, and
+    the loss stays finite (docs/densenet.md shows xla with mixed_bfloat16)."""
+    precision = PRECISION_OF_MODE[mode]
+    config = tiny_config(name, f"execution.mode={mode}", f"execution.precision={precision}",
+                         "train.epochs=2")
 
     metrics = harness.train(config)
 
@@ -56,6 +62,11 @@ def test_recipe_trains_in_each_mode(name, mode, tiny_config, tmp_path):
         rows = list(csv.DictReader(file))
     assert [row["epoch"] for row in rows] == ["0", "1"]
     assert set(EPOCH_KEYS) <= set(rows[0])
+    assert metrics["precision"] == precision
+    assert math.isfinite(metrics["final"]["loss"])
+    saved = keras.saving.load_model(run_dir / "checkpoints" / "last.keras")
+    computes = {layer.compute_dtype for layer in network_of(saved).layers if layer.weights}
+    assert precision.removeprefix("mixed_") in computes, computes
 
 
 @pytest.mark.parametrize("name", recipes.names())
@@ -130,27 +141,6 @@ def test_metrics_json_contract(tiny_config, tmp_path):
     assert set(metrics["versions"]) == {"tensorflow", "keras", "keras-cv"}
     assert metrics["versions"]["tensorflow"].startswith("2.21")
     assert {"gpus", "cpu", "cpu_generation", "cpu_cores", "cpu_features"} <= set(metrics["device"])
-
-
-@pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
-@pytest.mark.parametrize("name", MODULES)
-def test_recipe_trains_under_each_mixed_precision(name, precision, tiny_config, tmp_path):
-    """Every precision the docs document, on every recipe module: the
-    layers compute in the half type, and the loss stays finite."""
-    metrics = harness.train(tiny_config(name, f"execution.precision={precision}"))
-    assert metrics["precision"] == precision
-    assert math.isfinite(metrics["final"]["loss"])
-    saved = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "last.keras")
-    computes = {layer.compute_dtype for layer in network_of(saved).layers if layer.weights}
-    assert precision.removeprefix("mixed_") in computes, computes
-
-
-def test_the_documented_xla_bfloat16_densenet_command_trains(tiny_config):
-    """docs/densenet.md: execution.mode=xla execution.precision=mixed_bfloat16."""
-    metrics = harness.train(tiny_config(
-        "densenet_cifar100", "execution.mode=xla", "execution.precision=mixed_bfloat16"))
-    assert (metrics["mode_used"], metrics["precision"]) == ("xla", "mixed_bfloat16")
-    assert math.isfinite(metrics["final"]["loss"])
 
 
 class CallCount(keras.callbacks.Callback):
