@@ -84,7 +84,7 @@ README_RUNS = {
     "densenet_cifar10_cpu": {"densenet_cifar10_95 on sgd": (
         "densenet_cifar10_95", ["execution.seed=0", "train.optimizer=sgd", "train.schedule=triangle",
                                 "data.augment=[flip, {pad_crop: {padding: 2, fill: reflect}}]"],
-        "xla", "device")},
+        "xla", "host")},
     "densenet_cifar100": {"densenet_cifar10_wide": (
         "densenet_cifar10_wide", ["data.augment_on=device", "data.augment_engine=keras"],
         "xla", "device")},
