@@ -3,6 +3,9 @@ two steps each on synthetic data, with PyTorch's own step on a stand-in of
 airbench94_muon.py; an absent backend is one line, and its rows are left out."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -10,6 +13,7 @@ import recipes
 from recipes import UserError, _config, _environment
 from recipes.tools import backends
 
+from conftest import ROOT
 from test_anchor import STAND_IN
 
 # The stand-in with a Muon and a CifarNet that train: a small network with
@@ -108,3 +112,27 @@ def test_channels_first_is_refused_on_tensorflow_in_one_line():
 def test_unknown_variants_are_refused():
     with pytest.raises(UserError, match="Unknown variant.*tf_grph"):
         backends.parse_variants("tf_graph,tf_grph")
+
+
+# Builds the network both ways on torch, the same weights in each, and prints
+# the largest difference between their predictions for the same images.
+SAME_NETWORK = """
+import numpy as np
+from models.densenet_whitened import densenet_whitened
+images = np.random.default_rng(0).normal(size=(4, 32, 32, 3)).astype("float32")
+built = [densenet_whitened((32, 32, 3), 10, images, widths=(8, 8, 8), growth_rates=(4, 4, 4),
+                           data_format=data_format)
+         for data_format in ("channels_last", "channels_first")]
+built[1].set_weights(built[0].get_weights())
+last, first = (model.predict(images, verbose=0) for model in built)
+print(float(np.abs(last - first).max()))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _environment.installed("torch"), reason="requirements-torch.txt")
+def test_channels_first_is_the_same_network():
+    result = subprocess.run([sys.executable, "-c", SAME_NETWORK], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, env={**os.environ, "KERAS_BACKEND": "torch"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert float(result.stdout.split()[-1]) < 1e-5

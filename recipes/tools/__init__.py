@@ -42,6 +42,17 @@ def parse_count(option, text, minimum):
     return int(text)
 
 
+def parse_choices(option, text, known, what):
+    """`option=text`, a comma-separated list of names, each one of `known`, as
+    a list; a UserError naming `what` is unknown."""
+    chosen = [item.strip() for item in text.split(",") if item.strip()]
+    unknown = [item for item in chosen if item not in known]
+    if unknown or not chosen:
+        raise UserError(f"Unknown {what}(s) {', '.join(unknown) or '(none)'} in {option}=; "
+                        f"known: {','.join(known)}.")
+    return chosen
+
+
 @dataclasses.dataclass(frozen=True)
 class Command:
     """A command of `python -m recipes`.

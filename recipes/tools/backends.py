@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 from recipes import RUNS_DIR, UserError, _config, _environment, rundir
-from recipes.tools import Command, Option, count
+from recipes.tools import Command, Option, count, parse_choices
 from recipes.tools.compare import BACKEND_MODES, WARMUP_STEPS, measure_mode, step_line
 from recipes.tools.tables import markdown_table
 
@@ -57,12 +57,7 @@ COLUMNS = ["variant", "what", "images_per_s", "vs_first", "step_ms_median", "ste
 
 
 def parse_variants(text):
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in VARIANTS]
-    if unknown or not names:
-        raise UserError(f"Unknown variant(s) {', '.join(unknown) or '(none)'} in variants=; "
-                        f"known: {','.join(VARIANTS)}.")
-    return names
+    return parse_choices("variants", text, VARIANTS, "variant")
 
 
 def benchmark(name, variants=tuple(VARIANTS), steps=DEFAULT_STEPS, repeats=1, script=None,

@@ -34,7 +34,7 @@ from pathlib import Path
 import recipes
 from recipes import RUNS_DIR, UserError, _config, _environment, rundir
 from recipes._environment import device_label
-from recipes.tools import Command, Option, count, plots
+from recipes.tools import Command, Option, count, parse_choices, plots
 from recipes.tools.sweep import parse_grid
 from recipes.tools.tables import markdown_table, number_cell, write_csv
 
@@ -60,12 +60,7 @@ SIZES = {
 
 
 def parse_modes(text):
-    modes = [mode.strip() for mode in text.split(",") if mode.strip()]
-    unknown = [mode for mode in modes if mode not in MODES]
-    if unknown or not modes:
-        raise UserError(f"Unknown mode(s) {', '.join(unknown) or '(none)'} in modes=; "
-                        f"known: {','.join(MODES)}.")
-    return modes
+    return parse_choices("modes", text, MODES, "mode")
 
 
 def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), overrides=(),

@@ -30,7 +30,7 @@ from pathlib import Path
 import recipes
 from recipes import RUNS_DIR, UserError, _config, rundir
 from recipes._environment import device_label
-from recipes.tools import Command, Option, count, plots
+from recipes.tools import Command, Option, count, parse_choices, plots
 from recipes.tools.tables import markdown_table, number_cell, write_csv
 
 BACKPROPS = ["standard", "reversible", "remat"]
@@ -43,12 +43,7 @@ COLUMNS = ["variant", "depth", "params", "backprop", "peak_step_mb", "peak_rss_m
 
 
 def parse_backprops(text):
-    chosen = [item.strip() for item in text.split(",") if item.strip()]
-    unknown = [item for item in chosen if item not in BACKPROPS]
-    if unknown or not chosen:
-        raise UserError(f"Unknown backprop(s) {', '.join(unknown) or '(none)'} in backprop=; "
-                        f"known: {','.join(BACKPROPS)}.")
-    return chosen
+    return parse_choices("backprop", text, BACKPROPS, "backprop")
 
 
 def measure_all(name, backprops=BACKPROPS, steps=DEFAULT_STEPS, config_files=(), overrides=(),
