@@ -1,7 +1,9 @@
 """Shared test helpers: tiny, offline configs and quiet TensorFlow."""
 
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,7 +32,18 @@ _IN_A_FAST_TEST = []  # non-empty while a test runs under `make test-fast`
 def pytest_configure(config):
     """`make test-fast` (-m "not slow") starts no process from a test, as its
     help line says: a test that tries fails there, and belongs among the slow
-    ones. (pytest-xdist's own workers are processes, started outside tests.)"""
+    ones. (pytest-xdist's own workers are processes, started outside tests.)
+
+    The JAX processes the tests start share their compilations through JAX's
+    own persistent cache, in a folder of this session's: a run and its
+    resumed half, or one recipe in two tests, compile the same step once.
+    The processes pytest-xdist starts inherit the folder; the first removes it."""
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        cache = tempfile.mkdtemp(prefix="recipes-tests-jax-cache-")
+        os.environ.update(JAX_COMPILATION_CACHE_DIR=cache,
+                          JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                          JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+        config.add_cleanup(lambda: shutil.rmtree(cache, ignore_errors=True))
     if config.getoption("markexpr") == "not slow":
         def refuse(event, args):
             if _IN_A_FAST_TEST and event in ("subprocess.Popen", "os.system", "os.posix_spawn"):
