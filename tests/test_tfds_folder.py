@@ -1,6 +1,8 @@
 """`tfds-to-folder` writes tensorflow-datasets' splits as the folder that
 data.source=folder reads, pixel for pixel, on tfds' mock data."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
@@ -66,3 +68,11 @@ def test_what_cannot_be_written_is_one_line(setup, message, tmp_path):
     setup(root)
     with pytest.raises(UserError, match=message):
         tfds_folder.export("cifar11" if "Unknown" in message else "cifar10", root)
+
+
+def test_without_tensorflow_datasets_it_is_one_line(tmp_path, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "tensorflow_datasets" else real(name, *args))
+    with pytest.raises(UserError, match="needs tensorflow-datasets, not installed here"):
+        tfds_folder.export("cifar10", tmp_path)

@@ -33,7 +33,7 @@ from pathlib import Path
 from recipes import RUNS_DIR, UserError, _config, _environment, rundir
 from recipes.tools import Command, Option, count, parse_choices
 from recipes.tools.compare import BACKEND_MODES, WARMUP_STEPS, measure_mode, step_line
-from recipes.tools.tables import markdown_table
+from recipes.tools.tables import markdown_table, number_cell
 
 PLAIN = ("model.fused_batch_norm=false", "model.fused_activation=false",
          "model.matmul_filter_gradient=false")
@@ -97,7 +97,7 @@ def benchmark(name, variants=tuple(VARIANTS), steps=DEFAULT_STEPS, repeats=1, sc
                      "step_ms_runs": [r["step_ms_median"] for r in measured]})
     for row in rows:
         row["vs_first"] = row["images_per_s"] / rows[0]["images_per_s"]
-    table = markdown_table(COLUMNS, rows, _cell)
+    table = markdown_table(COLUMNS, rows, number_cell)
     (out_dir / "table.md").write_text(table + "\n")
     (out_dir / "results.json").write_text(json.dumps(
         {"recipe": name, "batch": batch, "precision": precision, "steps": steps,
@@ -108,12 +108,6 @@ def benchmark(name, variants=tuple(VARIANTS), steps=DEFAULT_STEPS, repeats=1, sc
           f"{rows[0]['variant']}'s\n"
           f"results: {out_dir}/results.json, table.md", flush=True)
     return rows
-
-
-def _cell(value):
-    if isinstance(value, float):
-        return f"{value:.2f}" if value < 100 else f"{value:,.0f}"
-    return "" if value is None else str(value)
 
 
 def _available(name, variants, script, config_files, overrides):

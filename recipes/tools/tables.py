@@ -1,4 +1,4 @@
-"""Result tables as CSV and Markdown, for `sweep`, `compare` and `augment-benchmark`."""
+"""Result tables as CSV and Markdown, for `sweep`, `compare`, `backends` and `augment-benchmark`."""
 
 import csv
 

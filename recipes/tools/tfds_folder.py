@@ -31,9 +31,10 @@ def export(dataset, folder, data_dir=None):
     if not todo:
         raise UserError(f"{folder} holds train/ and test/ already: train on it with "
                         f"data.source=folder data.path={folder}, or give another folder.")
-    import tensorflow_datasets as tfds  # data's own refusal, below, when it is missing
-
+    # Refused in one line where tensorflow-datasets is missing or cannot download.
     train, _, test = data._tfds_splits({"name": dataset, "dir": data_dir, "validation_split": 0})
+    import tensorflow_datasets as tfds
+
     names = tfds.builder(dataset, data_dir=data_dir).info.features["label"].names
     # A class's folder is its name; "/" ("T-shirt/top") cannot be in a folder's name.
     classes = [name.replace("/", "_") for name in names]
