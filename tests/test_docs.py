@@ -27,6 +27,7 @@ from recipes import __main__ as cli, harness
 from recipes import _config, _environment
 from recipes.tools import compare as _compare
 from recipes.tools import memory as _memory
+from recipes.tools import notebooks as _notebooks
 from recipes.tools.sweep import parse_grid
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -450,6 +451,9 @@ def test_every_shown_command_runs_for_a_few_steps(case, tmp_path, monkeypatch):
     # The processes tools start import this repository from elsewhere now.
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setitem(_memory.WORKER_ENVIRONMENT, "PYTHONPATH", str(ROOT))
+    # `make notebooks` writes here, not over the checkout's notebooks, whose
+    # freshness tests/test_notebooks.py checks.
+    monkeypatch.setattr(_notebooks, "NOTEBOOKS_DIR", tmp_path / "notebooks")
     for other_backend, argvs in itertools.groupby(case[1], key=on_other_backend):
         if other_backend == "execution.backend=torch" and not _environment.installed("torch"):
             pytest.skip("PyTorch is not installed here (requirements-torch.txt)")

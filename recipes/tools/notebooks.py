@@ -96,5 +96,5 @@ def write(out_dir=NOTEBOOKS_DIR):
 
 COMMANDS = (
     Command("notebooks", "write notebooks/<recipe>.ipynb from each recipe module's file",
-            lambda: write(), on_recipe=False, without_tensorflow=True),
+            lambda: write(NOTEBOOKS_DIR), on_recipe=False, without_tensorflow=True),
 )
