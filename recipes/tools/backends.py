@@ -32,7 +32,8 @@ from pathlib import Path
 
 from recipes import RUNS_DIR, UserError, _config, _environment, rundir
 from recipes.tools import Command, Option, count, parse_choices
-from recipes.tools.compare import BACKEND_MODES, WARMUP_STEPS, measure_mode, step_line
+from recipes.tools.compare import (BACKEND_MODES, WARMUP_STEPS, measure_mode, median_run,
+                                   step_line)
 from recipes.tools.tables import markdown_table, number_cell
 
 PLAIN = ("model.fused_batch_norm=false", "model.fused_activation=false",
@@ -86,15 +87,15 @@ def benchmark(name, variants=tuple(VARIANTS), steps=DEFAULT_STEPS, repeats=1, sc
         print(f"[{number}/{len(jobs)}] {label:<20} {step_line(row)}", flush=True)
     rows = []
     for variant, measured in runs.items():
-        row = sorted(measured, key=lambda r: r["step_ms_median"])[(len(measured) - 1) // 2]
-        # Of the median step, as PyTorch's own row is: a slow step or two
-        # (a recompile, the machine) moves neither.
+        row = median_run(measured)
         rows.append({"variant": variant, "what": VARIANTS[variant][0],
+                     # Of the median step, as PyTorch's own row is: a slow step
+                     # or two (a recompile, the machine) moves neither.
                      "images_per_s": batch * 1000 / row["step_ms_median"],
                      "step_ms_median": row["step_ms_median"],
                      "step_ms_p10": row["step_ms_p10"], "step_ms_p90": row["step_ms_p90"],
                      "first_step_s": row["trace_s"], "mode_used": row["mode_used"],
-                     "step_ms_runs": [r["step_ms_median"] for r in measured]})
+                     "step_ms_runs": row["step_ms_runs"]})
     for row in rows:
         row["vs_first"] = row["images_per_s"] / rows[0]["images_per_s"]
     table = markdown_table(COLUMNS, rows, number_cell)

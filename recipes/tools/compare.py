@@ -93,7 +93,7 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
 
     by_mode, measured = _measure(name, modes, steps, config_files, overrides, out_dir, quiet,
                               repeats)
-    rows = [_median_run(measured_runs) for measured_runs in by_mode.values()]
+    rows = [median_run(measured_runs) for measured_runs in by_mode.values()]
     context = {key: measured[key] for key in ("device", "versions", "config")}
     add_speedups(rows)
     results = {"recipe": name, "steps": steps, "warmup_steps": WARMUP_STEPS, "repeats": repeats,
@@ -150,7 +150,7 @@ def step_line(row):
             f"trace {row['trace_s']:.2f} s")
 
 
-def _median_run(measured_runs):
+def median_run(measured_runs):
     """A mode's row: its run of median step time, with `step_ms_runs`, every run's."""
     by_time = sorted(measured_runs, key=lambda row: row["step_ms_median"])
     row = by_time[(len(by_time) - 1) // 2]
