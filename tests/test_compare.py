@@ -91,9 +91,11 @@ def test_speedups_are_ratios_of_median_step_times():
 def test_a_rows_rates_follow_from_its_step_times_and_the_counted_flops(monkeypatch, tmp_path):
     """measure's row under a scripted clock: the first step traces for 2 s,
     the 3 warm-up steps take 0.5 s, the 4 measured ones 0.1, 0.1, 0.3 and
-    0.1 s; the matmul peak is set to 1 GFLOP/s."""
+    0.1 s; the matmul peak is set to 1 GFLOP/s, asked for over the steps' span."""
     monkeypatch.setattr(timing_module, "time", StepClock([[2.0, 0.5, 0.5, 0.5, 0.1, 0.1, 0.3, 0.1]]))
-    monkeypatch.setattr(_measure, "matmul_flops_per_s", lambda dtype: 1e9)
+    windows = []
+    monkeypatch.setattr(_measure, "matmul_flops_per_s",
+                        lambda dtype, min_seconds: windows.append(min_seconds) or 1e9)
     job = {"name": "mnist_mlp", "mode": "graph", "steps": 4, "config_files": [],
            "overrides": ["data.source=synthetic", *TINY_MLP], "out": str(tmp_path / "row.json"),
            "run_dir": str(tmp_path / "run")}
@@ -105,6 +107,7 @@ def test_a_rows_rates_follow_from_its_step_times_and_the_counted_flops(monkeypat
     step_flops = 3 * 32 * MLP_FORWARD_FLOPS  # the profiler's count is within 1% of it
     assert row["achieved_flops_per_s"] == pytest.approx(step_flops / 0.1, rel=0.01)
     assert row["mfu"] == pytest.approx(step_flops / 0.1 / 1e9, rel=0.01)
+    assert windows == [pytest.approx(4 * 0.1)]  # the peak, timed as long as the 4 steps
 
 
 @pytest.mark.slow

@@ -8,7 +8,8 @@ the recipe's own `Timing` callback. Keras counts neither FLOPs nor what the
 device reaches, so this module does: the model's forward FLOPs are read from
 its graph (TensorFlow's profiler, XLA's cost analysis on JAX, PyTorch's
 FlopCounterMode on torch), and a square matmul measures the device in the
-same process, at the run's precision. Keras' backend is the process's:
+same process, at the run's precision, for as long as the measured steps took
+(at most 1 s). Keras' backend is the process's:
 compare starts a `jax_*` or `torch_*` mode's with `KERAS_BACKEND` set.
 """
 
@@ -68,7 +69,10 @@ def measure(job):
                                 "torch": (torch_forward_flops, torch_matmul_flops_per_s)}.get(
         BACKEND, (forward_flops, matmul_flops_per_s))
     flops_per_step = 3 * timing.batch_size * count_flops(network, experiment.data.input_shape)
-    matmul = matmul_rate(keras.mixed_precision.global_policy().compute_dtype)
+    # The peak is timed over the steps' own span (up to 1 s): a short run's
+    # peak is as long a look at the device as its steps had.
+    matmul = matmul_rate(keras.mixed_precision.global_policy().compute_dtype,
+                         min_seconds=min(1.0, steps * summary["step_ms_median"] / 1000))
     achieved = flops_per_step / (summary["step_ms_median"] / 1000)
     row = {
         "mode": mode,
