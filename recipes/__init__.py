@@ -29,8 +29,8 @@ from recipes.errors import UserError  # its import latches Ctrl-C and SIGTERM be
 # the process, and Python's full garbage collections walk them all: at the
 # default thresholds, about 0.7 s of their import and 1 s at exit on 2 cores.
 # Collections wait for more new objects (young cycles are still freed within
-# 50,000 allocations), and the last one, at exit, leaves out what is left:
-# registered first, it runs after every other exit handler.
+# 50,000 allocations), and the last one, at exit, leaves out what is left
+# (registered before Keras loads, the freeze runs after its exit handlers).
 gc.set_threshold(50_000, 20, 20)
 atexit.register(gc.freeze)
 
