@@ -370,6 +370,22 @@ def test_augment_benchmark_writes_both_tables(tmp_path, monkeypatch):
     assert (tmp_path / "table.md").read_text().count("| pipeline |") == len(ENGINES)
 
 
+def test_augment_benchmark_times_the_operations_asked_for_and_refuses_others(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setattr(_augment_bench, "time", Clock())
+    # Training is timed as test_augment_benchmark_writes_both_tables checks.
+    monkeypatch.setattr(_augment_bench.compare, "compare", lambda *args, **kwargs: {
+        "rows": [{"images_per_s": 1.0, "step_ms_median": 1.0, "input_wait_fraction": 0.0}],
+        "device": {"gpus": ["a stand-in"]}})
+    operations, _ = _augment_bench.benchmark(
+        "cifar10_cnn", batches=1, operations="flip, mixup", out_dir=tmp_path,
+        overrides=["data.augment=[flip]", "data.synthetic_examples=64"])
+    assert [(row["engine"], row["operation"]) for row in operations] == [
+        (engine, op) for engine in ENGINES for op in ["flip", "mixup", "pipeline"]]
+    with pytest.raises(UserError, match="Unknown operation.*flipp in operations=; known: flip,"):
+        _augment_bench.benchmark("cifar10_cnn", operations="flipp", out_dir=tmp_path)
+
+
 def _mirrored_in(batches, source):
     """For each batch image, in order: whether it is its source image
     mirrored (True) or as it is (False); `source` holds uint8 images."""

@@ -312,13 +312,16 @@ TINY_OPTIONS = {
     "scaling": ["steps=2", "repeats=1"],
     "memory": ["steps=1", "backprop=standard", "model.variant=revnet38"],
     "soak": ["kills=2", "train.epochs=8", "train.steps_per_epoch=40"],
-    "augment-benchmark": ["steps=2", "batches=2"],
+    # Every operation alone: tests/test_augment.py's benchmark test.
+    "augment-benchmark": ["steps=2", "batches=2", "operations=flip"],
     "data-benchmark": ["steps=2"],
     "profile": ["data.synthetic_examples=256"],
 }
 SIZES_TIMED_TWICE = "mnist_mlp"
-# A command's own train.epochs stays, up to this: a command that raises them
-# to train a finished run further still raises them.
+# A command that goes on with a run (run.dir=, run.resume=) keeps its own
+# train.epochs, up to this: one that raises them to train a finished run
+# further still raises them. Elsewhere the tiny single epoch wins, so that
+# commands that differ only in epochs run once.
 KEEP_EPOCHS_UP_TO = 4
 
 
@@ -329,7 +332,7 @@ def tiny(argv):
     command, name, *items = argv
     epochs = [int(item.split("=")[1]) for item in items if item.startswith("train.epochs=")]
     more = [*TINY, *TINY_MODEL.get(recipes.module_of(name), []), *TINY_OPTIONS.get(command, [])]
-    if epochs:
+    if epochs and any(item.startswith(("run.dir=", "run.resume=")) for item in items):
         more.append(f"train.epochs={min(epochs[-1], KEEP_EPOCHS_UP_TO)}")
     if command in ("compare", "compare-sizes"):
         modes = next((item for item in items if item.startswith("modes=")), "modes=graph")

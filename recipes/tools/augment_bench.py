@@ -18,7 +18,7 @@ import numpy as np
 
 from recipes import RUNS_DIR, UserError, _config, rundir
 from recipes._environment import device_label
-from recipes.tools import Command, compare, count
+from recipes.tools import Command, Option, compare, count, parse_choices
 from recipes.tools.tables import markdown_table, number_cell, write_csv
 
 OPERATION_COLUMNS = ["engine", "operation", "host_images_per_s", "device_images_per_s"]
@@ -27,14 +27,18 @@ TRAINING_COLUMNS = ["augment_on", "images_per_s", "step_ms_median", "input_wait_
 
 
 def benchmark(name, steps=compare.DEFAULT_STEPS, config_files=(), overrides=(), batches=20,
-              out_dir=None):
+              operations=None, out_dir=None):
     """Measures recipe `name`'s augmentation; returns both tables' rows.
 
-    Writes `operations.csv`, `training.csv` and `table.md` into `out_dir`
+    `operations` (comma-separated text, default every one) are the
+    operations timed alone; the whole pipeline is always timed. Writes
+    `operations.csv`, `training.csv` and `table.md` into `out_dir`
     (default `runs/augment-benchmark/NAME/<timestamp>`).
     """
     from recipes import augment, data  # imports Keras
 
+    alone = (list(augment.OPERATIONS) if operations is None else
+             parse_choices("operations", operations, list(augment.OPERATIONS), "operation"))
     config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
     pipeline = config["data"].get("augment")
     if not pipeline:
@@ -52,10 +56,9 @@ def benchmark(name, steps=compare.DEFAULT_STEPS, config_files=(), overrides=(), 
     labels = np.eye(classes, dtype="float32")[rng.integers(0, classes, batch_size)]
     print(f"augmentation alone: {batches} batches of {batch_size} per operation and engine",
           flush=True)
-    operations = [(op, [op]) for op in augment.OPERATIONS] + [("pipeline", pipeline)]
     rows = []
     for engine in augment.ENGINES:
-        for label, entries in operations:
+        for label, entries in [(op, [op]) for op in alone] + [("pipeline", pipeline)]:
             augmentation = augment.augmentation(entries, engine=engine, on="host")
             row = {"engine": engine, "operation": label,
                    "host_images_per_s": _host_rate(augmentation, images, labels, batches),
@@ -114,7 +117,9 @@ def _device_rate(augment, images, labels, batches):
 
 COMMANDS = (
     Command("augment-benchmark", "time each augmentation, and training with it on host and "
-                                 "device (options steps=N, batches=N)",
-            benchmark, (compare.STEPS_OPTION, count("batches", 20, minimum=1)),
+                                 "device (options steps=N, batches=N, operations=a,b)",
+            benchmark, (compare.STEPS_OPTION, count("batches", 20, minimum=1),
+                        # Checked when the command runs: the names are Keras-side.
+                        Option("operations", None, str)),
             tensorflow_only="it times augmentation in tf.data and in TensorFlow's training step"),
 )
