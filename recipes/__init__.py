@@ -25,7 +25,7 @@ import yaml
 
 from recipes.errors import UserError  # its import latches Ctrl-C and SIGTERM before Keras loads
 
-# TensorFlow and Keras load about a million objects that live as long as
+# TensorFlow and Keras load about 400,000 objects that live as long as
 # the process, and Python's full garbage collections walk them all: at the
 # default thresholds, about 0.7 s of their import and 1 s at exit on 2 cores.
 # Collections wait for more new objects (young cycles are still freed within

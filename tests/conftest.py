@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # Python's full garbage collections walk every live object: while TensorFlow
-# and Keras import (their million objects live as long as the process), and
+# and Keras import (their 400,000 objects live as long as the process), and
 # then again and again as a session's runs leave their graphs behind, 15% of
 # the tests' time in this process. What is loaded, and what each test leaves
 # alive, is frozen: walked no more (`_freeze_what_outlives_a_test`).
