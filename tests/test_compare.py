@@ -57,6 +57,8 @@ def test_compare_writes_one_row_per_mode(tmp_path):
     assert rows["graph"]["mode_used"] == "graph" == rows["graph_ready"]["mode_used"]
     assert rows["xla"]["mode_used"] == "xla" == rows["jax_jit"]["mode_used"]
     assert rows["jax_eager"]["mode_used"] == "eager"
+    if "torch_eager" in rows:
+        assert rows["torch_eager"]["mode_used"] == "eager"
     with (tmp_path / "results.csv").open() as file:
         assert [row["mode"] for row in csv.DictReader(file)] == modes
     assert (tmp_path / "table.md").read_text().count("\n") == 2 + len(modes)

@@ -205,10 +205,10 @@ def test_the_launcher_stops_the_other_workers_when_one_fails():
 def test_a_worker_without_peers_fails_within_its_timeout(tmp_path):
     lonely = _multiworker.tf_config([f"localhost:{port}" for port in _multiworker.free_ports(2)], 0)
     result = cli("run", "mnist_mlp", *TINY, "execution.strategy=multi_worker",
-                 "execution.timeout_s=10", f"run.dir={tmp_path}", env={"TF_CONFIG": lonely})
+                 "execution.timeout_s=3", f"run.dir={tmp_path}", env={"TF_CONFIG": lonely})
     assert result.returncode != 0, result.stderr[-2000:]
     # The watchdog that ended the wait was set to the run's timeout, not the default 120 s.
-    assert ("error: worker 0 could not reach its peers within execution.timeout_s=10 s"
+    assert ("error: worker 0 could not reach its peers within execution.timeout_s=3 s"
             in result.stderr) and "Traceback" not in result.stderr
 
 
