@@ -17,6 +17,7 @@ TensorFlow.
 import ast
 import atexit
 import difflib
+import functools
 import gc
 import importlib
 from pathlib import Path
@@ -50,10 +51,18 @@ def _config_recipes():
     """{name: module} for every YAML in `configs/` with a `recipe:` key."""
     found = {}
     for path in CONFIGS_DIR.glob("*.yaml"):
-        data = yaml.safe_load(path.read_text()) or {}
-        if isinstance(data, dict) and data.get("recipe") in MODULES:
-            found[path.stem] = data["recipe"]
+        module = _recipe_key(path, path.stat().st_mtime_ns)
+        if module in MODULES:
+            found[path.stem] = module
     return found
+
+
+@functools.cache
+def _recipe_key(path, mtime_ns):
+    """The `recipe:` value of the YAML at `path`, parsed once per version of
+    the file (`mtime_ns`): names and lookups ask for it many times."""
+    data = yaml.safe_load(path.read_text()) or {}
+    return data.get("recipe") if isinstance(data, dict) else None
 
 
 def names():

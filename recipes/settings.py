@@ -6,6 +6,7 @@ CONFIG < YAML files < the command line."""
 import ast
 import copy
 import difflib
+import functools
 import math
 import sys
 from pathlib import Path
@@ -211,10 +212,19 @@ def set_key(tree, dotted, value):
 def module_literal(path, name, default=None):
     """The literal assigned to `name` in the Python file `path`, read without
     importing it (the data module imports Keras)."""
-    found = source_literal(Path(path).read_text(), name)
+    path = Path(path)
+    status = path.stat()
+    found = _file_literal(path, status.st_mtime_ns, status.st_size, name)
     if found is None and default is None:
         raise UserError(f"{path} has no {name} literal.")
-    return default if found is None else found
+    return default if found is None else copy.deepcopy(found)
+
+
+@functools.cache
+def _file_literal(path, mtime_ns, size, name):
+    """`source_literal` of the file at `path`, parsed once per version of the
+    file: every resolved config reads the same few modules' literals."""
+    return source_literal(path.read_text(), name)
 
 
 def source_literal(source, name):

@@ -135,3 +135,28 @@ def test_cli_list_names_every_recipe_with_a_description():
 
     assert sorted(lines) == names()
     assert all(description.strip() for description in lines.values())
+
+
+def test_a_literal_read_from_a_file_follows_edits_and_is_the_callers_own(tmp_path):
+    """`settings.module_literal` parses a file once per version of it: an
+    edit is read again, and a caller may change what it got."""
+    from recipes import settings
+
+    path = tmp_path / "recipe.py"
+    path.write_text("CONFIG = {'train': {'epochs': 1}}\n")
+    first = settings.module_literal(path, "CONFIG")
+    first["train"]["epochs"] = 99
+    assert settings.module_literal(path, "CONFIG") == {"train": {"epochs": 1}}
+    path.write_text("CONFIG = {'train': {'epochs': 2, 'lr': 0.1}}\n")
+    assert settings.module_literal(path, "CONFIG") == {"train": {"epochs": 2, "lr": 0.1}}
+
+
+def test_a_yaml_recipe_added_or_edited_is_seen_at_once(tmp_path, monkeypatch):
+    import recipes
+
+    monkeypatch.setattr(recipes, "CONFIGS_DIR", tmp_path)
+    assert "mine" not in recipes.names()
+    (tmp_path / "mine.yaml").write_text("recipe: mnist_mlp\n")
+    assert recipes.module_of("mine") == "mnist_mlp"
+    (tmp_path / "mine.yaml").write_text("recipe: cifar10_cnn  # now\n")
+    assert recipes.module_of("mine") == "cifar10_cnn"
