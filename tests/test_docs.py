@@ -448,9 +448,29 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("case", [] if fast else runs(), ids=lambda case: case[0][:150])
 
 
+MEASURE_IN_A_PROCESS = _compare.measure_mode
+
+
+def measure_here(name, mode, steps, config_files, overrides, folder, label):
+    """`compare`'s worker for a TensorFlow mode, in this process: a shown
+    command's own configuration trains as its worker would train it, without
+    paying for a process that starts TensorFlow again (tests/test_compare.py
+    starts the real ones, in every mode). Keras' other backends, and logical
+    devices, which must be set before TensorFlow starts, keep their process."""
+    job = _compare.measurement_job(name, mode, steps, config_files, overrides, folder, label)
+    if mode in _compare.BACKEND_MODES or any(item.startswith("execution.devices=")
+                                             for item in overrides):
+        return MEASURE_IN_A_PROCESS(name, mode, steps, config_files, overrides, folder, label)
+    from recipes.tools import measure
+
+    measure.measure(job)
+    return json.loads(open(job["out"]).read())
+
+
 @pytest.mark.slow
 def test_every_shown_command_runs_for_a_few_steps(case, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # runs/ is relative to where the command runs
+    monkeypatch.setattr(_compare, "measure_mode", measure_here)
     # The processes tools start import this repository from elsewhere now.
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setitem(_memory.WORKER_ENVIRONMENT, "PYTHONPATH", str(ROOT))

@@ -130,9 +130,7 @@ def _measure(name, modes, steps, config_files, overrides, out_dir, quiet, repeat
 def measure_mode(name, mode, steps, config_files, overrides, folder, label):
     """Recipe `name`'s training step in `mode`, measured in a process of its own
     (`recipes/tools/measure.py`); returns its result, also in `folder/LABEL.json`."""
-    job = {"name": name, "mode": mode, "steps": steps, "config_files": list(map(str, config_files)),
-           "overrides": list(overrides), "out": str(folder / f"{label}.json"),
-           "run_dir": str(folder / label)}
+    job = measurement_job(name, mode, steps, config_files, overrides, folder, label)
     # Keras reads its backend once, on import: the worker's is set before it starts.
     backend = BACKEND_MODES.get(mode, ("tensorflow",))[0]
     result = subprocess.run([sys.executable, "-m", "recipes.tools.measure", json.dumps(job)],
@@ -142,6 +140,13 @@ def measure_mode(name, mode, steps, config_files, overrides, folder, label):
         raise UserError(f"Mode {mode} failed (exit {result.returncode}):\n"
                         + result.stderr[-3000:])
     return json.loads(Path(job["out"]).read_text())
+
+
+def measurement_job(name, mode, steps, config_files, overrides, folder, label):
+    """What `recipes/tools/measure.py` measures: the JSON its argument holds."""
+    return {"name": name, "mode": mode, "steps": steps,
+            "config_files": list(map(str, config_files)), "overrides": list(overrides),
+            "out": str(folder / f"{label}.json"), "run_dir": str(folder / label)}
 
 
 def step_line(row):
