@@ -200,3 +200,30 @@ def test_the_table_and_results_name_the_split_the_accuracy_is_on(
     assert table in capsys.readouterr().out
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results == rows and {row["evaluated_on"] for row in rows} == {evaluated_on}
+
+
+def runs_of(walls_and_accuracies):
+    """anchor's rows, alternating as it takes them: airbench's run i, then the recipe's."""
+    return [{"what": what, "run": run, "accuracy": accuracy, "wall_s": wall}
+            for run, pair in enumerate(walls_and_accuracies)
+            for what, (wall, accuracy) in zip(("airbench94_muon.py", "densenet_cifar10_cpu"), pair)]
+
+
+def test_the_table_gives_each_sides_range_and_names_a_run_that_shared_the_machine():
+    # Xeon-AMX, 2026-11-27: airbench's run 0 shared the machine with other work.
+    shared = runs_of([((1264, 0.9404), (502, 0.9363)), ((561, 0.9390), (445, 0.9351))])
+    table = anchor.summary(shared, "airbench94_muon.py", "densenet_cifar10_cpu", "test")
+    assert "| airbench94_muon.py, mean of 2 | 93.97% (93.90% to 94.04%) | 912 s (561 s to 1264 s) |" in table
+    assert "| densenet_cifar10_cpu against airbench94_muon.py | -0.40 points | 0.52x |" in table
+    notes = table.split("\n\n")[1].splitlines()
+    assert len(notes) == 1 and notes[0].startswith(
+        "note: airbench94_muon.py run 0 took 2.25x its side's fastest run (561 s): something "
+        "else likely ran beside it")
+    # EPYC-oneDNN, 2026-11-27, nothing else running: the machine drifted a tenth, no note.
+    quiet = runs_of([((899, 0.9380), (866, 0.9362)), ((982, 0.9394), (957, 0.9356)),
+                     ((1010, 0.9362), (946, 0.9346))])
+    table = anchor.summary(quiet, "airbench94_muon.py", "densenet_cifar10_cpu", "validation")
+    assert "note:" not in table and table.endswith("| -0.24 points | 0.96x |")
+    one = anchor.summary(runs_of([((900, 0.93), (800, 0.94))]), "airbench94_muon.py",
+                         "densenet_cifar10_cpu", "test")
+    assert "| densenet_cifar10_cpu, mean of 1 | 94.00% | 800 s |" in one

@@ -234,23 +234,42 @@ def _timed(what, run, command, cwd, environment, accuracy):
     return {"what": what, "run": run, "accuracy": float(found[-1]), "wall_s": wall}
 
 
+# A run that took this much longer than its side's fastest shared the machine
+# with other work (quiet runs here differ by about a tenth, from the machine's drift).
+SLOW_RUN = 1.25
+
+
 def summary(rows, kind, name, evaluated_on):
-    """The Markdown table: every run, each side's mean, and the recipe's over
-    airbench's; its accuracy column names the split (`evaluated_on`)."""
+    """The Markdown table: every run, each side's mean (and range), and the
+    recipe's over airbench's; its accuracy column names the split
+    (`evaluated_on`). Below it, a line for each run much slower than its
+    side's fastest: a wall ratio is only as fair as the machine was quiet."""
     accuracy = f"{evaluated_on} accuracy"  # "test accuracy", or "validation accuracy"
-    means = {what: (statistics.mean(r["accuracy"] for r in rows if r["what"] == what),
-                    statistics.mean(r["wall_s"] for r in rows if r["what"] == what))
-             for what in (kind, name)}
+    sides = {what: [r for r in rows if r["what"] == what] for what in (kind, name)}
     lines = [{"run": f"{r['what']} run {r['run']}", accuracy: f"{r['accuracy']:.2%}",
               "wall": f"{r['wall_s']:.0f} s"} for r in rows]
-    lines += [{"run": f"{what}, mean of {sum(r['what'] == what for r in rows)}",
-               accuracy: f"{mean:.2%}", "wall": f"{wall:.0f} s"}
-              for what, (mean, wall) in means.items()]
+    means, notes = {}, []
+    for what, runs in sides.items():
+        accuracies, walls = [r["accuracy"] for r in runs], [r["wall_s"] for r in runs]
+        means[what] = statistics.mean(accuracies), statistics.mean(walls)
+        lines.append({"run": f"{what}, mean of {len(runs)}",
+                      accuracy: f"{means[what][0]:.2%}" + _range(accuracies, "{:.2%}"),
+                      "wall": f"{means[what][1]:.0f} s" + _range(walls, "{:.0f} s")})
+        notes += [f"note: {what} run {r['run']} took {r['wall_s'] / min(walls):.2f}x its "
+                  f"side's fastest run ({min(walls):.0f} s): something else likely ran beside "
+                  "it, and the wall ratio is not fair until the runs are taken again on a "
+                  "quiet machine." for r in runs if r["wall_s"] > SLOW_RUN * min(walls)]
     (a_accuracy, a_wall), (r_accuracy, r_wall) = means[kind], means[name]
     lines.append({"run": f"{name} against {kind}",
                   accuracy: f"{100 * (r_accuracy - a_accuracy):+.2f} points",
                   "wall": f"{r_wall / a_wall:.2f}x"})
-    return markdown_table(["run", accuracy, "wall"], lines)
+    table = markdown_table(["run", accuracy, "wall"], lines)
+    return table + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def _range(values, form):
+    """` (lowest to highest)` of several values, in `form`; nothing for one."""
+    return f" ({form.format(min(values))} to {form.format(max(values))})" if len(values) > 1 else ""
 
 
 def _arguments(parser):
