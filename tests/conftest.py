@@ -1,6 +1,7 @@
 """Shared test helpers: tiny, offline configs and quiet TensorFlow."""
 
 import gc
+import json
 import os
 import shutil
 import sys
@@ -30,6 +31,7 @@ gc.enable()
 
 import recipes  # noqa: E402
 from recipes import _config  # noqa: E402
+from recipes.tools import compare as _compare  # noqa: E402
 
 # Two logical CPU devices, set before TensorFlow initializes its devices, so
 # that MirroredStrategy tests (execution.devices=cpu:2) run in this process;
@@ -219,3 +221,22 @@ def fresh_pythons(tmp_path_factory, request):
     if request.config.getoption("markexpr") == "not slow":
         pytest.fail("fresh_pythons starts processes (pip, venv): mark the test slow")
     return FreshPythons(tmp_path_factory.mktemp("fresh_pythons"))
+
+
+MEASURE_IN_A_PROCESS = _compare.measure_mode
+
+
+def measure_tensorflow_modes_here(name, mode, steps, config_files, overrides, folder, label):
+    """`compare`'s worker (`compare.measure_mode`) for a TensorFlow mode, in
+    this process: the configuration trains as its worker would train it,
+    without paying for a process that starts TensorFlow again
+    (tests/test_compare.py starts the real ones, in every mode). Keras'
+    other backends keep their process. (This process has the two logical
+    CPUs that `execution.devices=cpu:2` asks for.)"""
+    from recipes.tools import measure
+
+    if mode in _compare.BACKEND_MODES:
+        return MEASURE_IN_A_PROCESS(name, mode, steps, config_files, overrides, folder, label)
+    job = _compare.measurement_job(name, mode, steps, config_files, overrides, folder, label)
+    measure.measure(job)
+    return json.loads(Path(job["out"]).read_text())

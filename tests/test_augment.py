@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import recipes
 from callbacks.timing import execution_mode
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, measure_tensorflow_modes_here
 from recipes.augment import AugmentedModel
 from recipes import UserError, _config, harness
 from recipes import data as rdata
@@ -348,6 +348,7 @@ def test_augment_benchmark_writes_both_tables(tmp_path, monkeypatch):
     # of cifar10_cnn's 32 images in that second, the warm-up batch not counted.
     # The pipeline docs/augmentation.md benchmarks (its command is not run again there).
     monkeypatch.setattr(_augment_bench, "time", Clock())
+    monkeypatch.setattr(_augment_bench.compare, "measure_mode", measure_tensorflow_modes_here)
     operations, training = _augment_bench.benchmark(
         "cifar10_cnn", steps=2, batches=2, out_dir=tmp_path, overrides=[
             "data.augment=[pad_crop,flip,randaugment]",

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import callbacks.timing as timing_module
+from conftest import measure_tensorflow_modes_here
 import recipes
 from recipes import UserError, _environment
 from recipes.tools import compare as _compare
@@ -113,7 +114,9 @@ def test_a_rows_rates_follow_from_its_step_times_and_the_counted_flops(monkeypat
 
 
 @pytest.mark.slow
-def test_repeats_run_a_mode_in_turns_and_keep_the_median_run(tmp_path):
+def test_repeats_run_a_mode_in_turns_and_keep_the_median_run(tmp_path, monkeypatch):
+    # The worker's process is test_compare_writes_one_row_per_mode's to check.
+    monkeypatch.setattr(_compare, "measure_mode", measure_tensorflow_modes_here)
     results = _compare.compare("mnist_mlp", ["loop_function"], steps=2, repeats=3,
                                overrides=TINY_MLP, out_dir=tmp_path, quiet=True)
     row, = results["rows"]

@@ -22,7 +22,7 @@ import sys
 import pytest
 
 import recipes
-from conftest import ROOT, TINY, TINY_MODEL
+from conftest import ROOT, TINY, TINY_MODEL, measure_tensorflow_modes_here
 from recipes import __main__ as cli, harness
 from recipes import _config, _environment
 from recipes.tools import compare as _compare
@@ -356,6 +356,12 @@ def tiny(argv):
             kept.append(f"{key}=[{tiny_values[key]}]")
         elif before in ("--grid", "--config") or key not in {*tiny_values, "data.path"}:
             kept.append(item)
+    if command == "sweep" and "--one-at-a-time" in kept:
+        # Each value alone is a run as the first is: the recipe's settings
+        # and its first key's values train (test_sweep.py varies several).
+        later_grids = [index for index, item in enumerate(kept) if item == "--grid"][1:]
+        for index in reversed(later_grids):
+            del kept[index:index + 2]
     return [command, name, *kept, *more]
 
 
@@ -448,29 +454,10 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("case", [] if fast else runs(), ids=lambda case: case[0][:150])
 
 
-MEASURE_IN_A_PROCESS = _compare.measure_mode
-
-
-def measure_here(name, mode, steps, config_files, overrides, folder, label):
-    """`compare`'s worker for a TensorFlow mode, in this process: a shown
-    command's own configuration trains as its worker would train it, without
-    paying for a process that starts TensorFlow again (tests/test_compare.py
-    starts the real ones, in every mode). Keras' other backends, and logical
-    devices, which must be set before TensorFlow starts, keep their process."""
-    job = _compare.measurement_job(name, mode, steps, config_files, overrides, folder, label)
-    if mode in _compare.BACKEND_MODES or any(item.startswith("execution.devices=")
-                                             for item in overrides):
-        return MEASURE_IN_A_PROCESS(name, mode, steps, config_files, overrides, folder, label)
-    from recipes.tools import measure
-
-    measure.measure(job)
-    return json.loads(open(job["out"]).read())
-
-
 @pytest.mark.slow
 def test_every_shown_command_runs_for_a_few_steps(case, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # runs/ is relative to where the command runs
-    monkeypatch.setattr(_compare, "measure_mode", measure_here)
+    monkeypatch.setattr(_compare, "measure_mode", measure_tensorflow_modes_here)
     # The processes tools start import this repository from elsewhere now.
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setitem(_memory.WORKER_ENVIRONMENT, "PYTHONPATH", str(ROOT))
