@@ -51,16 +51,18 @@ def _config_recipes():
     """{name: module} for every YAML in `configs/` with a `recipe:` key."""
     found = {}
     for path in CONFIGS_DIR.glob("*.yaml"):
-        module = _recipe_key(path, path.stat().st_mtime_ns)
+        status = path.stat()
+        module = _recipe_key(path, status.st_mtime_ns, status.st_size)
         if module in MODULES:
             found[path.stem] = module
     return found
 
 
 @functools.cache
-def _recipe_key(path, mtime_ns):
+def _recipe_key(path, mtime_ns, size):
     """The `recipe:` value of the YAML at `path`, parsed once per version of
-    the file (`mtime_ns`): names and lookups ask for it many times."""
+    the file (as settings.module_literal reads a module's): names and
+    lookups ask for it many times."""
     data = yaml.safe_load(path.read_text()) or {}
     return data.get("recipe") if isinstance(data, dict) else None
 
