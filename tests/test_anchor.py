@@ -227,3 +227,13 @@ def test_the_table_gives_each_sides_range_and_names_a_run_that_shared_the_machin
     one = anchor.summary(runs_of([((900, 0.93), (800, 0.94))]), "airbench94_muon.py",
                          "densenet_cifar10_cpu", "test")
     assert "| densenet_cifar10_cpu, mean of 1 | 94.00% | 800 s |" in one
+
+
+@pytest.mark.slow  # starts a process
+def test_a_timed_run_keeps_its_output_with_each_epochs_accuracy(tmp_path):
+    script = "print('epoch 1 val_acc 0.5'); print('epoch 2 val_acc 0.7'); print('Mean: 0.9350')"
+    row = anchor._timed("airbench94_muon.py", 2, [sys.executable, "-c", script], tmp_path, {},
+                        anchor.MEAN.findall, tmp_path)
+    assert (row["what"], row["run"], row["accuracy"]) == ("airbench94_muon.py", 2, 0.935)
+    assert (tmp_path / "airbench94_muon-run2.log").read_text().splitlines()[:2] == [
+        "epoch 1 val_acc 0.5", "epoch 2 val_acc 0.7"]

@@ -200,24 +200,28 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None):
     rows = []
     for run in range(runs_):
         rows.append(_timed(kind, run, [sys.executable, f"{Path(kind).stem}_cpu.py"], work,
-                           {"ANCHOR_RUNS": "1"}, lambda out: MEAN.findall(out)))
+                           {"ANCHOR_RUNS": "1"}, lambda out: MEAN.findall(out), out_dir))
         run_dir = out_dir / f"{name}-seed{run}"
         rows.append(_timed(name, run, [sys.executable, "-m", "recipes", "run", name,
                                        *overrides, f"execution.seed={run}", f"run.dir={run_dir}",
                                        *(f"--config={path}" for path in config_files)],
                            Path.cwd(), {}, lambda out: [json.loads(
-                               (run_dir / "metrics.json").read_text())["test"]["accuracy"]]))
+                               (run_dir / "metrics.json").read_text())["test"]["accuracy"]],
+                           out_dir))
     # Which split each accuracy is on, as the recipe's metrics.json names it.
     rows = [{**row, "evaluated_on": evaluated_on} for row in rows]
     table = summary(rows, kind, name, evaluated_on)
     (out_dir / "table.md").write_text(table)
     (out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
-    print(table + f"\nresults: {out_dir}/table.md, results.json", flush=True)
+    print(table + f"\nresults: {out_dir}/table.md, results.json; each run's output, with its "
+          "accuracy after each epoch: *-run<N>.log", flush=True)
     return rows
 
 
-def _timed(what, run, command, cwd, environment, accuracy):
-    """{what, run, accuracy, wall_s} of one process, from its start to its exit."""
+def _timed(what, run, command, cwd, environment, accuracy, out_dir):
+    """{what, run, accuracy, wall_s} of one process, from its start to its exit;
+    its output, the accuracy after each epoch among it, goes to
+    `out_dir/<what>-run<run>.log`."""
     import os
 
     print(f"  {what} run {run}...", flush=True)
@@ -225,6 +229,8 @@ def _timed(what, run, command, cwd, environment, accuracy):
     result = subprocess.run(command, cwd=cwd, env={**os.environ, **environment},
                             capture_output=True, text=True)
     wall = time.perf_counter() - started
+    (Path(out_dir) / f"{Path(what).stem}-run{run}.log").write_text(
+        result.stdout + result.stderr, encoding="utf-8")
     found = accuracy(result.stdout) if result.returncode == 0 else []
     if not found:
         tail = (result.stderr.strip().splitlines() or ["(nothing)"])[-1]
