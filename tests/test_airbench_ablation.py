@@ -6,13 +6,15 @@ in one line. (The figures docs/cpu-hour.md gives came from a GPU: a run here
 only checks that the code runs.)"""
 
 import json
+import shlex
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")  # PyTorch is optional: requirements-torch.txt
 
-from recipes.tools import airbench_ablation  # noqa: E402  (after the skip)
+from conftest import ROOT  # noqa: E402  (after the skip)
+from recipes.tools import airbench_ablation  # noqa: E402
 
 
 def test_a_variant_trains_a_step_and_writes_its_line_and_the_table(tmp_path, capsys):
@@ -43,3 +45,22 @@ def test_a_folder_is_read_in_the_order_its_file_names_give(tmp_path):
             tmp_path / "train" / name / f"{index}_{name}.png")
     images, labels = airbench_ablation.read_folder(tmp_path)
     assert images[:, 0, 0, 0].tolist() == [0, 1, 2] and labels.tolist() == [1, 0, 0]
+
+
+def test_a_folder_without_images_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        airbench_ablation.parse(["--data", str(tmp_path)])
+    assert stopped.value.code == 2
+    assert "holds neither train/<class>/* images" in capsys.readouterr().err
+
+
+def test_every_command_the_docs_show_parses_with_its_variants(tmp_path):
+    (tmp_path / "train").mkdir()  # DATA stands for the user's folder of train/<class>/*
+    shown = [line for page in (ROOT / "docs").glob("*.md") for line in page.read_text().splitlines()
+             if line.startswith("python -m recipes.tools.airbench_ablation ")]
+    assert len(shown) >= 2
+    for line in shown:
+        words = shlex.split(line)[3:]
+        folder = words.index("--data") + 1
+        words[folder] = str(tmp_path)
+        assert airbench_ablation.parse(words).names

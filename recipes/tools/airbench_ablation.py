@@ -21,9 +21,11 @@ so that a slow stretch of the machine falls on all of them.
 
 `DIR` is the recipes' `data.path`: a folder of `train/<class>/*` images,
 such as the lossless CIFAR-10 archive unpacked (or, where that is too large
-to copy, its arrays as `images.npy`, uint8 N x 32 x 32 x 3, and `labels.npy`). `--synthetic` trains on random images instead
-(a check that it runs, on any device). PyTorch only: the file imports
-nothing else of this repository, so it runs where TensorFlow is not.
+to copy, its arrays as `images.npy`, uint8 N x 32 x 32 x 3, and
+`labels.npy`). `--synthetic` trains on random images instead (a check that
+it runs, on any device). It needs PyTorch and Pillow, not TensorFlow or
+Keras (`recipes/__init__.py`, which `-m` imports first, imports neither), so
+it runs on a GPU machine that has PyTorch alone.
 """
 
 import argparse
@@ -49,6 +51,8 @@ AIRBENCH = dict(widths=(64, 256, 256), dense=False, batch=2000, bn_eps=1e-12, he
 RECIPE = dict(AIRBENCH, widths=(64, 192, 192), dense=True, batch=1024, bn_eps=1e-5,
               head="keras", head_lr=1.5 / 1024, bias_lr=64 * 1.5 / 1024, whiten_lr=1.5 / 1024,
               lookahead=True)
+# The recipe's loop on airbench's network.
+AIRBENCH_NET = dict(RECIPE, widths=(64, 256, 256), dense=False)
 VARIANTS = {
     "airbench": AIRBENCH,
     "recipe": RECIPE,
@@ -58,15 +62,15 @@ VARIANTS = {
     "recipe-eps1e-12": dict(RECIPE, bn_eps=1e-12),
     "recipe-airbench-head": dict(RECIPE, head="airbench", head_lr=0.67),
     "recipe-airbench-bias-rates": dict(RECIPE, bias_lr=0.053, whiten_lr=0.053),
-    "recipe-airbench-net": dict(RECIPE, widths=(64, 256, 256), dense=False),
+    "recipe-airbench-net": AIRBENCH_NET,
     # Candidates the recipe could take.
     "recipe-probabilities": dict(RECIPE, tta_average="probabilities"),
     "recipe-muon0.3": dict(RECIPE, muon_lr=0.3),
-    # The recipe's loop on airbench's network, and what might add to it.
-    "recipe-airbench-net-no-lookahead": dict(RECIPE, widths=(64, 256, 256), dense=False, lookahead=False),
-    "recipe-airbench-net-muon0.2": dict(RECIPE, widths=(64, 256, 256), dense=False, muon_lr=0.2),
-    "recipe-airbench-net-batch1536": dict(RECIPE, widths=(64, 256, 256), dense=False, batch=1536),
-    "recipe-airbench-net-batch768": dict(RECIPE, widths=(64, 256, 256), dense=False, batch=768),
+    # What might add to the recipe's loop on airbench's network.
+    "recipe-airbench-net-no-lookahead": dict(AIRBENCH_NET, lookahead=False),
+    "recipe-airbench-net-muon0.2": dict(AIRBENCH_NET, muon_lr=0.2),
+    "recipe-airbench-net-batch1536": dict(AIRBENCH_NET, batch=1536),
+    "recipe-airbench-net-batch768": dict(AIRBENCH_NET, batch=768),
 }
 MEAN = torch.tensor((0.4914, 0.4822, 0.4465))
 STD = torch.tensor((0.2470, 0.2435, 0.2616))
@@ -317,8 +321,11 @@ def load(arguments, device):
     return images[train], labels[train], images[held], labels[held]
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse(argv=None):
+    """The command line's arguments, with `names`: the variants to run;
+    a wrong one stops here in one line (argparse's exit status 2)."""
+    parser = argparse.ArgumentParser(prog="python -m recipes.tools.airbench_ablation",
+                                     description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", help="a folder of train/<class>/* images (data.path's)")
     source.add_argument("--synthetic", type=int, help="train on this many random images")
@@ -326,20 +333,29 @@ def main(argv=None):
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated, of: {', '.join(VARIANTS)}")
     parser.add_argument("--epochs", type=int, help="instead of 8 (a short check)")
-    parser.add_argument("--out", help="write each run as a JSON line here")
+    parser.add_argument("--out", help="append each run here as a JSON line")
     arguments = parser.parse_args(argv)
-    names = arguments.variants.split(",")
-    unknown = [n for n in names if n not in VARIANTS]
+    arguments.names = arguments.variants.split(",")
+    unknown = [n for n in arguments.names if n not in VARIANTS]
     if unknown:
         parser.error(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    if arguments.data:
+        folder = Path(arguments.data).expanduser()
+        if not ((folder / "train").is_dir() or (folder / "images.npy").is_file()):
+            parser.error(f"--data {arguments.data} holds neither train/<class>/* images nor "
+                         "images.npy: give the folder data.path names.")
+    return arguments
+
+
+def main(argv=None):
+    arguments = parse(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.backends.cudnn.benchmark = True
     data = load(arguments, device)
     print(f"{len(data[0]):,} training images, {len(data[2]):,} held out, on {device}", flush=True)
-    results = {name: [] for name in names}
-    out = open(arguments.out, "a") if arguments.out else None
+    results = {name: [] for name in arguments.names}
     for run in range(arguments.runs):
-        for name in names:
+        for name in arguments.names:
             settings = dict(VARIANTS[name])
             if arguments.epochs:
                 settings["epochs"] = arguments.epochs
@@ -349,11 +365,11 @@ def main(argv=None):
             results[name].append(six)
             print(f"{name:22s} run {run}: {one:.4f} one view, {six:.4f} six views, {seconds:.1f} s",
                   flush=True)
-            if out:
-                out.write(json.dumps(dict(variant=name, run=run, one_view=one, six_views=six,
-                                          seconds=seconds)) + "\n")
-                out.flush()
-    print(f"\n| variant | runs | six-view accuracy, mean | standard deviation |\n|---|---|---|---|")
+            if arguments.out:
+                with open(arguments.out, "a") as out:
+                    out.write(json.dumps(dict(variant=name, run=run, one_view=one, six_views=six,
+                                              seconds=seconds)) + "\n")
+    print("\n| variant | runs | six-view accuracy, mean | standard deviation |\n|---|---|---|---|")
     for name, accuracies in results.items():
         spread = statistics.stdev(accuracies) if len(accuracies) > 1 else float("nan")
         print(f"| {name} | {len(accuracies)} | {100 * statistics.mean(accuracies):.2f}% "
