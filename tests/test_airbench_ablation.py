@@ -64,3 +64,15 @@ def test_every_command_the_docs_show_parses_with_its_variants(tmp_path):
         folder = words.index("--data") + 1
         words[folder] = str(tmp_path)
         assert airbench_ablation.parse(words).names
+
+
+@pytest.mark.parametrize("argv", [["--runs", "0"], ["--epochs", "0"]])
+def test_a_count_below_one_is_one_line(argv, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        airbench_ablation.main(["--synthetic", "100", *argv])
+    assert stopped.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+
+
+def test_fewer_images_than_a_batch_is_one_line():
+    with pytest.raises(SystemExit, match="fewer than one batch of 2,000"):
+        airbench_ablation.main(["--synthetic", "1200", "--variants", "airbench"])

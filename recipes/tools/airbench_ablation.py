@@ -335,6 +335,9 @@ def parse(argv=None):
     parser.add_argument("--epochs", type=int, help="instead of 8 (a short check)")
     parser.add_argument("--out", help="append each run here as a JSON line")
     arguments = parser.parse_args(argv)
+    for option in ("runs", "epochs", "synthetic"):
+        if getattr(arguments, option) is not None and getattr(arguments, option) < 1:
+            parser.error(f"--{option} must be at least 1, got {getattr(arguments, option)}")
     arguments.names = arguments.variants.split(",")
     unknown = [n for n in arguments.names if n not in VARIANTS]
     if unknown:
@@ -352,6 +355,10 @@ def main(argv=None):
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.backends.cudnn.benchmark = True
     data = load(arguments, device)
+    batch = max(VARIANTS[name]["batch"] for name in arguments.names)
+    if len(data[0]) < batch:
+        raise SystemExit(f"error: {len(data[0]):,} training images, fewer than one batch of "
+                         f"{batch:,}: give more images.")
     print(f"{len(data[0]):,} training images, {len(data[2]):,} held out, on {device}", flush=True)
     results = {name: [] for name in arguments.names}
     for run in range(arguments.runs):
