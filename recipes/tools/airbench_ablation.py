@@ -220,7 +220,7 @@ def views(model, images, average):
 
 
 def train_once(settings, data, seed, device):
-    """One 8-epoch run; its held-out accuracy on one view and on six."""
+    """One run of `settings` (8 epochs unless --epochs); its held-out accuracy on one view and on six."""
     torch.manual_seed(seed)
     train_images, train_labels, held_images, held_labels = data
     batch, epochs = settings["batch"], settings["epochs"]
