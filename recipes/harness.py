@@ -21,7 +21,8 @@ same, and adds what this repository's runs need:
 - callbacks after the run's own: `callbacks.ExecutionModeCheck` (warns when
   the mode asked for is not the mode the model runs in),
   `callbacks.RunEstimate` (the whole run's time, after its first epoch),
-  `keras.callbacks.ModelCheckpoint` for `checkpoints/best.keras` by
+  `callbacks.BestCheckpoint` (Keras' ModelCheckpoint, quiet on the epochs
+  `train.validation_freq` skips) for `checkpoints/best.keras` by
   `callbacks.monitor`, from the best epoch history.csv holds, and as
   `callbacks.*` asks, `callbacks.GraphWriter`, a profiling TensorBoard
   (`tensorboard/profile`) and `callbacks.Diagnostics`;
@@ -124,6 +125,7 @@ def callbacks(run, probe=None):
     `probe`: the recipe built, for Diagnostics' batch."""
     import keras
 
+    from callbacks.best_checkpoint import BestCheckpoint
     from callbacks.execution_mode_check import ExecutionModeCheck
     from callbacks.run_estimate import RunEstimate
 
@@ -133,8 +135,9 @@ def callbacks(run, probe=None):
     # Every worker of a multi-worker run, each into its own folder: under
     # MultiWorkerMirroredStrategy saving a model is collective, and a save
     # on the chief alone would wait for the others forever.
-    found.append(keras.callbacks.ModelCheckpoint(
-        run.dir / "checkpoints" / "best.keras", monitor=chosen["monitor"], save_best_only=True,
+    found.append(BestCheckpoint(
+        run.dir / "checkpoints" / "best.keras", monitor=chosen["monitor"],
+        validation_freq=config["train"].get("validation_freq", 1),
         # Keras starts each process with no best value, which any epoch beats.
         initial_value_threshold=_best_epoch(rundir.as_history(run.state.rows), chosen["monitor"]).get(
             chosen["monitor"])))
