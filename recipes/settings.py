@@ -114,6 +114,11 @@ def resolve(name, defaults, config, layers=(), overrides=(), schema=None, announ
     if train.get("warmup_epochs") and train["warmup_epochs"] >= train["epochs"]:
         raise UserError(f"train.warmup_epochs={train['warmup_epochs']} leaves no epoch of the "
                         f"{train['epochs']} to train after it; lower it.")
+    if train.get("validation_freq", 1) > train["epochs"]:
+        raise UserError(f"train.validation_freq={train['validation_freq']} is above "
+                        f"train.epochs={train['epochs']}: the run would never validate, nor save "
+                        f"checkpoints/best.keras; use {train['epochs']} to validate after the "
+                        "last epoch only.")
     return {"recipe": name, **tree}
 
 

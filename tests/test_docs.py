@@ -334,6 +334,11 @@ def tiny(argv):
     more = [*TINY, *TINY_MODEL.get(recipes.module_of(name), []), *TINY_OPTIONS.get(command, [])]
     if epochs and any(item.startswith(("run.dir=", "run.resume=")) for item in items):
         more.append(f"train.epochs={min(epochs[-1], KEEP_EPOCHS_UP_TO)}")
+    validation_freq = [int(item.split("=")[1]) for item in items
+                       if item.startswith("train.validation_freq=")]
+    if validation_freq:  # validated after the tiny run's last epoch, as after the command's
+        tiny_epochs = int([item for item in more if item.startswith("train.epochs=")][-1][13:])
+        more.append(f"train.validation_freq={min(validation_freq[-1], tiny_epochs)}")
     if command in ("compare", "compare-sizes"):
         modes = next((item for item in items if item.startswith("modes=")), "modes=graph")
         more.append(modes.split(",")[0])

@@ -84,10 +84,16 @@ def test_too_few_synthetic_images_to_validate_on_are_refused_or_warned(capsys, t
     assert "holds out 20 image(s)" in capsys.readouterr().out
 
 
-def test_settings_that_cannot_work_together_are_one_line(capsys, tmp_path):
-    status, _, err = run(capsys, "run", "densenet_cifar10_cpu", *TINY, "model.widths=[8,8]",
-                         "model.growth_rates=[4,4,4]", f"run.dir={tmp_path}")
-    assert status == 2 and "model.widths and model.growth_rates need one entry per block" in err
+@pytest.mark.parametrize("settings, message", [
+    (["model.widths=[8,8]", "model.growth_rates=[4,4,4]"],
+     "model.widths and model.growth_rates need one entry per block"),
+    (["train.epochs=2", "train.validation_freq=3"],  # fit would never validate
+     "train.validation_freq=3 is above train.epochs=2: the run would never validate"),
+])
+def test_settings_that_cannot_work_together_are_one_line(settings, message, capsys, tmp_path):
+    status, _, err = run(capsys, "run", "densenet_cifar10_cpu", *TINY, *settings,
+                         f"run.dir={tmp_path}")
+    assert status == 2 and message in err and not (tmp_path / "checkpoints").exists()
 
 
 def test_a_config_section_with_every_key_commented_out_sets_nothing(capsys, tmp_path):
