@@ -317,7 +317,7 @@ def test_without_tensorflow_a_recipe_decodes_a_folder_and_trains_on_jax(tmp_path
     """Where TensorFlow is not installed: a folder of PNGs and JPEGs is decoded
     by PIL into the cache that TensorFlow reads, holding what TensorFlow
     decodes; a DenseNet trains from it through ArrayBatches, augmented in
-    JAX's step, and adapts its normalization; a run resumes; what needs
+    JAX's step, and adapts its normalization; a run resumes; a sweep over seeds runs; what needs
     TensorFlow says so in one line."""
     python = python_without_tensorflow(tmp_path)
     write_folder(tmp_path / "images", classes=("a", "b", "c"), per_class=12,
@@ -360,6 +360,12 @@ def test_without_tensorflow_a_recipe_decodes_a_folder_and_trains_on_jax(tmp_path
         assert mlp.returncode == 0, mlp.stderr[-3000:]
     assert json.loads((tmp_path / "mnist_mlp" / "metrics.json").read_text())[
         "epochs_completed"] == 2
+
+    # A screen over seeds, as a GPU machine with JAX alone runs one.
+    sweep = run("sweep", "mnist_mlp", "--grid", "execution.seed=[0,1]",
+                "--dir", str(tmp_path / "sweep"), *tiny("mnist_mlp", tmp_path)[:-1])
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    assert "over the seeds:" in sweep.stdout and (tmp_path / "sweep" / "seeds.csv").exists()
 
     refused = run("compare", "mnist_mlp", "execution.backend=jax")
     assert refused.returncode == 2 and "compare needs TensorFlow" in refused.stderr

@@ -78,6 +78,36 @@ def test_the_row_has_the_best_val_accuracy_and_the_median_epoch_time(tmp_path):
     assert row["best_val_accuracy"] == 0.8 and row["s_per_epoch"] == 3.0
 
 
+def test_seed_means_group_the_rows_by_every_key_but_the_seed():
+    rows = [{"execution.seed": seed, "train.lr": lr, "test_accuracy": accuracy, "s_per_epoch": time}
+            for seed, lr, accuracy, time in [(0, 0.1, 0.90, 2.0), (0, [1, 2], 0.80, 4.0),
+                                             (1, 0.1, 0.94, 3.0), (1, [1, 2], 0.84, None),
+                                             (2, 0.1, 0.92, 9.0)]]
+    assert _sweep.seed_means(["train.lr"], rows) == [
+        {"train.lr": 0.1, "seeds": 3, "mean_test_accuracy": 0.92, "lowest": 0.90,
+         "highest": 0.94, "s_per_epoch": 3.0},
+        {"train.lr": [1, 2], "seeds": 2, "mean_test_accuracy": 0.82, "lowest": 0.80,
+         "highest": 0.84, "s_per_epoch": 4.0}]
+    assert _sweep.seed_means([], rows[:3])[0]["seeds"] == 3  # the seed the only key
+
+
+@pytest.mark.slow
+def test_a_grid_over_seeds_writes_each_setting_s_mean(tmp_path, capsys):
+    rows = _sweep.sweep("mnist_mlp", ["execution.seed=[0,1]", "model.dropout=[0.0,0.2]"],
+                        overrides=[*TINY, "model.hidden_units=[8]"], sweep_dir=tmp_path)
+    with (tmp_path / "seeds.csv").open() as file:
+        means = list(csv.DictReader(file))
+    assert list(means[0]) == ["model.dropout", *_sweep.SEED_COLUMNS]
+    for mean in means:
+        mine = [row["test_accuracy"] for row in rows
+                if row["model.dropout"] == float(mean["model.dropout"])]
+        assert mean["seeds"] == "2" and len(mine) == 2
+        assert float(mean["mean_test_accuracy"]) == pytest.approx(sum(mine) / 2, abs=1e-4)
+        assert (float(mean["lowest"]), float(mean["highest"])) == (min(mine), max(mine))
+    assert (tmp_path / "seeds.md").read_text().startswith("| model.dropout | seeds |")
+    assert "over the seeds:" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_one_at_a_time_varies_each_key_alone_from_the_recipe_settings(tmp_path):
     rows = _sweep.sweep("mnist_mlp", ["train.lr=[0.001,0.01]", "model.dropout=[0.0]"],

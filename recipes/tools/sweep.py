@@ -11,6 +11,12 @@ Each combination trains in its own run directory under the sweep's directory,
 which is named after the command, so running the same command again skips the
 combinations that finished and resumes the one that was interrupted. After
 every combination the table is rewritten as `results.md` and `results.csv`.
+With `execution.seed` in the grid, `seeds.md` and `seeds.csv` give each
+setting's mean over the seeds, and their lowest and highest: a screen of
+settings whose differences are near the seeds' spread.
+
+It needs no TensorFlow: on a machine with JAX alone (a GPU's), a sweep
+trains with `execution.backend=jax`.
 
 A grid is `itertools.product`; KerasTuner's GridSearch would also work, but
 it calls `fit` itself and keeps its own trial state next to ours, and the
@@ -32,6 +38,8 @@ from recipes.tools import Command
 from recipes.tools.tables import markdown_table, write_csv
 
 COLUMNS = ["params", "best_val_accuracy", "test_accuracy", "s_per_epoch", "mode", "run_dir"]
+SEED = "execution.seed"
+SEED_COLUMNS = ["seeds", "mean_test_accuracy", "lowest", "highest", "s_per_epoch"]
 
 
 def parse_grid(item, option="--grid"):
@@ -79,6 +87,7 @@ def sweep(name, grid_items, config_files=(), overrides=(), sweep_dir=None, one_a
         config = _config.resolve(name, config_files, items, announce=lambda line: None)
         combinations.append((settings, run_dir, config))
     print(f"sweep of {name}: {len(combinations)} combinations in {sweep_dir}", flush=True)
+    others = [key for key in keys if key != SEED]
 
     rows = []
     for number, (settings, run_dir, config) in enumerate(combinations, 1):
@@ -91,10 +100,36 @@ def sweep(name, grid_items, config_files=(), overrides=(), sweep_dir=None, one_a
             metrics = harness.train(config)
         rows.append({**settings, **_row(metrics)})
         write_tables(sweep_dir, [*keys, *COLUMNS], rows)
+        if SEED in keys and not one_at_a_time:
+            write_tables(sweep_dir, [*others, *SEED_COLUMNS], seed_means(others, rows), "seeds")
 
     print("\n" + markdown_table([*keys, *COLUMNS], rows, _cell))
-    print(f"\ntables: {sweep_dir / 'results.md'}, {sweep_dir / 'results.csv'}")
+    tables = ["results"]
+    if SEED in keys and not one_at_a_time:
+        print("\nover the seeds:\n"
+              + markdown_table([*others, *SEED_COLUMNS], seed_means(others, rows), _cell))
+        tables.append("seeds")
+    print("\ntables: " + ", ".join(str(sweep_dir / f"{table}.{kind}")
+                                    for table in tables for kind in ("md", "csv")))
     return rows
+
+
+def seed_means(others, rows):
+    """One row per setting of the `others` keys (every grid key but the
+    seed): how many seeds finished, their test accuracies' mean, lowest and
+    highest, and the median of their epochs' median time."""
+    groups = {}
+    for row in rows:
+        groups.setdefault(tuple(_text(row[key]) for key in others), []).append(row)
+    means = []
+    for group in groups.values():
+        accuracies = [row["test_accuracy"] for row in group]
+        times = [row["s_per_epoch"] for row in group if row["s_per_epoch"] is not None]
+        means.append({**{key: group[0][key] for key in others}, "seeds": len(group),
+                      "mean_test_accuracy": round(statistics.mean(accuracies), 4),
+                      "lowest": min(accuracies), "highest": max(accuracies),
+                      "s_per_epoch": round(statistics.median(times), 2) if times else None})
+    return means
 
 
 def _text(value):
@@ -136,11 +171,11 @@ def _row(metrics):
     }
 
 
-def write_tables(sweep_dir, columns, rows):
-    """Writes `rows` as `results.csv` and `results.md` in `sweep_dir`."""
+def write_tables(sweep_dir, columns, rows, name="results"):
+    """Writes `rows` as `NAME.csv` and `NAME.md` in `sweep_dir`."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    write_csv(sweep_dir / "results.csv", columns, rows)
-    (sweep_dir / "results.md").write_text(markdown_table(columns, rows, _cell) + "\n")
+    write_csv(sweep_dir / f"{name}.csv", columns, rows)
+    (sweep_dir / f"{name}.md").write_text(markdown_table(columns, rows, _cell) + "\n")
 
 
 def _cell(value):
@@ -166,5 +201,5 @@ def add_arguments(parser):
 
 COMMANDS = (
     Command("sweep", "train every combination of --grid values; write a results table",
-            sweep, arguments=add_arguments),
+            sweep, arguments=add_arguments, without_tensorflow=True),
 )
