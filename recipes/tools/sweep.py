@@ -88,6 +88,7 @@ def sweep(name, grid_items, config_files=(), overrides=(), sweep_dir=None, one_a
         combinations.append((settings, run_dir, config))
     print(f"sweep of {name}: {len(combinations)} combinations in {sweep_dir}", flush=True)
     others = [key for key in keys if key != SEED]
+    by_seed = SEED in keys and not one_at_a_time  # one-at-a-time rows vary one key each
 
     rows = []
     for number, (settings, run_dir, config) in enumerate(combinations, 1):
@@ -100,15 +101,14 @@ def sweep(name, grid_items, config_files=(), overrides=(), sweep_dir=None, one_a
             metrics = harness.train(config)
         rows.append({**settings, **_row(metrics)})
         write_tables(sweep_dir, [*keys, *COLUMNS], rows)
-        if SEED in keys and not one_at_a_time:
+        if by_seed:
             write_tables(sweep_dir, [*others, *SEED_COLUMNS], seed_means(others, rows), "seeds")
 
     print("\n" + markdown_table([*keys, *COLUMNS], rows, _cell))
-    tables = ["results"]
-    if SEED in keys and not one_at_a_time:
+    tables = ["results", *(["seeds"] if by_seed else [])]
+    if by_seed:
         print("\nover the seeds:\n"
               + markdown_table([*others, *SEED_COLUMNS], seed_means(others, rows), _cell))
-        tables.append("seeds")
     print("\ntables: " + ", ".join(str(sweep_dir / f"{table}.{kind}")
                                     for table in tables for kind in ("md", "csv")))
     return rows
