@@ -102,13 +102,13 @@ def sweep(name, grid_items, config_files=(), overrides=(), sweep_dir=None, one_a
         rows.append({**settings, **_row(metrics)})
         write_tables(sweep_dir, [*keys, *COLUMNS], rows)
         if by_seed:
-            write_tables(sweep_dir, [*others, *SEED_COLUMNS], seed_means(others, rows), "seeds")
+            means = seed_means(others, rows)
+            write_tables(sweep_dir, [*others, *SEED_COLUMNS], means, "seeds")
 
     print("\n" + markdown_table([*keys, *COLUMNS], rows, _cell))
     tables = ["results", *(["seeds"] if by_seed else [])]
     if by_seed:
-        print("\nover the seeds:\n"
-              + markdown_table([*others, *SEED_COLUMNS], seed_means(others, rows), _cell))
+        print("\nover the seeds:\n" + markdown_table([*others, *SEED_COLUMNS], means, _cell))
     print("\ntables: " + ", ".join(str(sweep_dir / f"{table}.{kind}")
                                     for table in tables for kind in ("md", "csv")))
     return rows
