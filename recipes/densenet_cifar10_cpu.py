@@ -105,6 +105,7 @@ CONFIG = {
         "label_smoothing": 0.2,
         "whitening_bias_epochs": 3,  # the whitening layer's bias trains this many epochs, then stops; 0: the layer is frozen
         "lookahead_start_epoch": 3,  # the weights move to their average every 5 steps from this epoch on
+        "lookahead_decay": 0.95,  # the average's per-step decay at the end (airbench's); higher: a longer memory
         "optimizer": "sgd",  # or muon: the 3x3 convolutions' kernels by ConvMuon (airbench94_muon's), the rest as above
         "muon_lr": 0.24,  # ConvMuon's peak rate on the same schedule (airbench94_muon's 0.24)
         "muon_momentum": 0.6,  # airbench94_muon's, Nesterov
@@ -403,7 +404,7 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
         timing,
         # Before the logs, the checkpoints and the backup: they record the averaged weights.
         Lookahead(total_steps=train["epochs"] * splits.steps_per_epoch,
-                  start_epoch=train["lookahead_start_epoch"]),
+                  start_epoch=train["lookahead_start_epoch"], decay=train["lookahead_decay"]),
         keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
         # Scalars for `tensorboard --logdir runs`, written through TensorFlow.
         *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if runs.has_tensorboard() else []),

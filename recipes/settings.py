@@ -63,6 +63,7 @@ LIMITS_BY_NAME = {
     "filters": (lambda v: all(n >= 1 for n in v), WIDTHS[1]),
     "units": (lambda v: v >= 1 if isinstance(v, int) else all(n >= 1 for n in v), "at least 1"),
     "compression": (lambda v: 0 < v <= 1, "above 0 and at most 1"),
+    "lookahead_decay": (lambda v: 0 < v < 1, "above 0 and below 1"),
 }
 TYPE_NAMES = {bool: "true/false", int: "an integer", float: "a number", str: "a string",
               list: "a list", dict: "a mapping"}

@@ -146,6 +146,7 @@ REFUSED = [
     ("cifar10_cnn", "data.augment=[bogus]", "Unknown augmentation 'bogus' in data.augment"),
     ("densenet_cifar10_cpu", "train.optimizer=adam", "'train.optimizer' must be one of sgd, muon"),
     ("densenet_cifar10_cpu", "model.test_time_views=5", "'model.test_time_views' must be one of 1, 2, 6"),
+    ("densenet_cifar10_cpu", "train.lookahead_decay=1", "'train.lookahead_decay' must be above 0 and below 1"),
 ]
 
 

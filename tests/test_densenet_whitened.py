@@ -231,11 +231,15 @@ def test_reflected_pad_crop_brings_in_no_black(engine):
 
 
 @pytest.mark.slow
-def test_recipe_trains_saves_and_reloads(tiny_config, tmp_path, capsys, recwarn):
+def test_recipe_trains_saves_and_reloads(tiny_config, tmp_path, capsys, recwarn, monkeypatch):
     config = tiny_config("densenet_cifar10_cpu", "train.epochs=2", "train.optimizer=muon",
-                         "train.lookahead_start_epoch=1", "train.validation_freq=2",
-                         "execution.precision=float32")
+                         "train.lookahead_start_epoch=1", "train.lookahead_decay=0.9",
+                         "train.validation_freq=2", "execution.precision=float32")
+    built = []  # the recipe's Lookahead callbacks, to see the settings reach them
+    monkeypatch.setattr(recipes.densenet_cifar10_cpu, "Lookahead",
+                        lambda **settings: built.append(Lookahead(**settings)) or built[-1])
     metrics = harness.train(config)
+    assert [(b.start_epoch, b.decay) for b in built] == [(1, 0.9)]
     run_dir = tmp_path / "run"
     assert metrics["epochs_completed"] == 2
     # train.validation_freq=2: the first epoch skips the validation images, the second does not.
