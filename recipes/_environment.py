@@ -1,10 +1,12 @@
 """What a result was measured on: versions, accelerators and the CPU's features."""
 
+import functools
 import importlib.metadata
 import importlib.util
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 
 from recipes import UserError
@@ -145,17 +147,43 @@ def device_label(device):
     return f"{device['cpu']} ({generation}{device['cpu_cores']} cores{newest})"
 
 
-def warn_if_bfloat16_is_emulated():
-    """Prints one line when mixed_bfloat16 is about to run on a CPU without
-    bfloat16 instructions, where TensorFlow emulates them: slower than
-    float32, which a user choosing bfloat16 for speed would not expect."""
+def warn_if_bfloat16_is_slow():
+    """Prints one line when mixed_bfloat16 is about to train slower than
+    float32 on this CPU, which a user choosing bfloat16 for speed would not
+    expect: where the CPU lacks bfloat16 instructions and TensorFlow emulates
+    them (15x slower), and on an Intel Xeon with AVX512_BF16 but no AMX
+    (0.62x). The CPU's features cannot tell the second from AMD's AVX512_BF16,
+    which gains 1.3x, so a probe measures it."""
     if gpus():
         return
-    if not {"avx512_bf16", "amx_bf16"} & _cpu()[1]:
-        print("warning: execution.precision=mixed_bfloat16 on a CPU without AVX512_BF16 or "
-              "AMX: TensorFlow emulates bfloat16 there, many times slower than float32 "
-              "(docs/cpu-hour.md); set execution.precision=float32 for speed.",
+    speedup = bfloat16_speedup()
+    if speedup < 0.9:  # the probe's noise is a few percent; about even is no reason to warn
+        print(f"warning: execution.precision=mixed_bfloat16, but TensorFlow's bfloat16 "
+              f"convolutions ran at {speedup:.2f}x float32's speed on this CPU just now; set "
+              "execution.precision=float32 for speed (docs/machines.md says which CPUs gain).",
               flush=True)
+
+
+@functools.cache
+def bfloat16_speedup():
+    """How many times as fast as in float32 a 3x3 convolution of 128 maps
+    runs in bfloat16 on TensorFlow's CPU kernels: the best of 5 timings of
+    each, after one to warm up. TensorFlow has no query for this; the probe
+    takes about a third of a second where bfloat16 is not emulated."""
+    import tensorflow as tf
+
+    images, kernel = tf.random.uniform([16, 32, 32, 128]), tf.random.uniform([3, 3, 128, 128])
+    best = {}
+    for dtype in (tf.float32, tf.bfloat16):
+        convolve = tf.function(lambda x, k: tf.nn.conv2d(x, k, strides=1, padding="SAME"))
+        x, k = tf.cast(images, dtype), tf.cast(kernel, dtype)
+        times = []
+        for _ in range(6):
+            start = time.perf_counter()
+            convolve(x, k).numpy()
+            times.append(time.perf_counter() - start)
+        best[dtype] = min(times[1:])
+    return best[tf.float32] / best[tf.bfloat16]
 
 
 def peak_rss_mb():

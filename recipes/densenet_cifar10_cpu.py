@@ -112,7 +112,7 @@ CONFIG = {
     },
     "execution": {
         "mode": None,  # eager, graph (a tf.function) or xla (jit_compile); None: the backend's compiled step
-        "precision": "mixed_bfloat16",  # needs AVX512_BF16 (grep avx512_bf16 /proc/cpuinfo); elsewhere use float32
+        "precision": "mixed_bfloat16",  # faster with AMX or AMD's AVX512_BF16; a run warns where float32 is faster
         "onednn": True,  # oneDNN's kernels, set before TensorFlow starts (by the harness; a copied file: TF_ENABLE_ONEDNN_OPTS=1)
         "seed": 0,
         "steps_per_execution": 1,

@@ -100,14 +100,16 @@ def prepare(config):
     import keras
 
     keras.backend.clear_session()
-    if config["execution"]["precision"] == "mixed_bfloat16" and _environment.backend() == "tensorflow":
-        _environment.warn_if_bfloat16_is_emulated()
     if _environment.backend() != "tensorflow":
         return OneDevice()  # tf.distribute's strategies are refused on JAX
     from recipes import _distribute  # tf.distribute: imports TensorFlow
 
     _distribute.request_devices(config)
-    return _distribute.strategy(config, worker_task())
+    strategy = _distribute.strategy(config, worker_task())
+    if config["execution"]["precision"] == "mixed_bfloat16":
+        # After the devices and the strategy, which must come before any op: the probe runs some.
+        _environment.warn_if_bfloat16_is_slow()
+    return strategy
 
 
 class OneDevice:
