@@ -153,7 +153,7 @@ def warn_if_bfloat16_is_slow():
     expect: where the CPU lacks bfloat16 instructions and TensorFlow emulates
     them (15x slower), and on an Intel Xeon with AVX512_BF16 but no AMX
     (0.62x). The CPU's features cannot tell the second from AMD's AVX512_BF16,
-    which gains 1.3x, so a probe measures it."""
+    which gains 1.64x, so a probe measures it."""
     if gpus():
         return
     speedup = bfloat16_speedup()
