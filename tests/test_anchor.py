@@ -76,7 +76,8 @@ def test_the_patches_make_the_script_a_cpu_run_and_change_nothing_else(tmp_path)
     for gone in ("torch.compile", ".cuda()", "torch.cuda", 'torch.device("cuda")', "mod.half()",
                  'main("warmup", model)', "import torchvision", "range(200)"):
         assert gone not in text, gone
-    assert text.count("torch.autocast('cpu', dtype=torch.bfloat16)") == 2  # training, inference
+    # Training and inference, in bfloat16 where the recipe computes in it.
+    assert text.count("torch.autocast('cpu', dtype=torch.bfloat16, enabled=BFLOAT16)") == 2
     assert text.count("_WallEvent()") == 2 and "(self.images.float() / 255)" in text
     assert text.index("class _WallEvent") > text.index("import torch.nn.functional as F")
     # Every line the patches do not name is as it was.
@@ -200,6 +201,38 @@ def test_the_table_and_results_name_the_split_the_accuracy_is_on(
     assert table in capsys.readouterr().out
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results == rows and {row["evaluated_on"] for row in rows} == {evaluated_on}
+
+
+@pytest.mark.parametrize("precision, bfloat16", [("mixed_bfloat16", True), ("float32", False)])
+def test_the_script_computes_in_the_recipes_precision(precision, bfloat16, monkeypatch, tmp_path):
+    monkeypatch.setattr(anchor, "torch_installed", lambda: True)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(
+        from_numpy=lambda array: array, save=lambda data, path: None))
+    given = {}  # each side's environment, as its process would get it
+    monkeypatch.setattr(anchor, "_timed", lambda what, run, command, cwd, environment, *_: (
+        given.update({what: environment}) or {"what": what, "run": run, "accuracy": 0.9,
+                                               "wall_s": 10.0}))
+    script = tmp_path / "airbench94_muon.py"
+    script.write_text(STAND_IN)
+    write_images(tmp_path / "images", ("train",))
+    anchor.anchor("densenet_cifar10_cpu", script, 1, out_dir=tmp_path / "out",
+                  overrides=folder(tmp_path / "images", f"execution.precision={precision}"))
+    environment = given["airbench94_muon.py"]
+    assert environment["ANCHOR_PRECISION"] == precision
+    # What the patched script's prelude makes of it: autocast on or off.
+    line = next(line for line in anchor.PRELUDE.splitlines() if line.startswith("BFLOAT16 = "))
+    flags = {}
+    exec(line, {"os": types.SimpleNamespace(environ=environment)}, flags)
+    assert flags["BFLOAT16"] is bfloat16
+
+
+def test_a_precision_airbench_cannot_match_on_a_cpu_is_refused(monkeypatch, capsys, tmp_path):
+    script = tmp_path / "airbench94_muon.py"
+    script.write_text(STAND_IN)
+    status, err = command_line(capsys, "--script", script, "runs=1", "execution.precision="
+                               "mixed_float16", *folder(tmp_path / "images"))
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert "give execution.precision=mixed_bfloat16 or execution.precision=float32" in err
 
 
 def runs_of(walls_and_accuracies):

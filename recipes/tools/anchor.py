@@ -4,9 +4,10 @@ on the same images and split; one table of accuracy, wall time and ratios.
 
 The script is the user's own copy of `airbench94.py` or `airbench94_muon.py`
 (KellerJordan/cifar10-airbench), patched at run time for what a CPU needs
-and nothing else (`PATCHES`): float32 weights, with bfloat16 autocast
-around the forward passes and the loss, no `torch.compile` (nor its warm-up
-run), a wall clock for its CUDA events, its tensors on the CPU, and
+and nothing else (`PATCHES`): float32 weights, computing in the recipe's
+`execution.precision` (bfloat16 autocast around the forward passes and the
+loss for `mixed_bfloat16`, none for float32), no `torch.compile` (nor its
+warm-up run), a wall clock for its CUDA events, its tensors on the CPU, and
 torchvision's `Normalize` written out (PyTorch's CPU build has no
 torchvision that imports beside it). A script that differs
 from the published one is refused in one line, naming what was not found.
@@ -65,13 +66,16 @@ class T:  # torchvision.transforms.Normalize, on a tensor of images (N, C, H, W)
 
 torch.set_num_threads(os.cpu_count())
 RUNS = int(os.environ["ANCHOR_RUNS"])
+BFLOAT16 = os.environ["ANCHOR_PRECISION"] == "mixed_bfloat16"  # the recipe's precision
 # ---------------------------------------------------------------------------
 '''
 # (what the published script holds, what the CPU run needs instead, how many
 # times it is there): each must be found that many times, or the script is refused.
 # bfloat16 autocast around the forward passes and the loss, as PyTorch
-# advises (backward and the optimizers under it, Muon's net did not learn).
-AUTOCAST = "torch.autocast('cpu', dtype=torch.bfloat16)"
+# advises (backward and the optimizers under it, Muon's net did not learn),
+# where the recipe computes in bfloat16: on a CPU whose bfloat16 is slower
+# than its float32 (docs/machines.md), both sides run float32.
+AUTOCAST = "torch.autocast('cpu', dtype=torch.bfloat16, enabled=BFLOAT16)"
 COMMON = [
     ("import torchvision\nimport torchvision.transforms as T\n", "", 1),
     ("torch.cuda.Event(enable_timing=True)", "_WallEvent()", 2),
@@ -108,6 +112,8 @@ PATCHES = {
 AFTER = "import torch.nn.functional as F\n"
 MEAN = re.compile(r"^Mean: (\d\.\d+)", re.M)
 SCRIPTS = "your copy of cifar10-airbench's airbench94.py or airbench94_muon.py"
+# The recipe's precisions that airbench's script can match on a CPU.
+PRECISIONS = ("mixed_bfloat16", "float32")
 
 
 def read(script):
@@ -186,6 +192,11 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None):
     if config["data"]["source"] != "folder" or config["data"]["name"] != "cifar10":
         raise UserError("anchor compares on CIFAR-10's images in a folder: give "
                         "data.source=folder data.path=DIR (DIR/train/<class>/*.png).")
+    precision = config["execution"]["precision"]
+    if precision not in PRECISIONS:
+        raise UserError(f"anchor runs airbench's script in the recipe's precision, which it "
+                        f"cannot on a CPU for execution.precision={precision}: give "
+                        f"{' or '.join(f'execution.precision={p}' for p in PRECISIONS)}.")
     if not torch_installed():
         raise UserError("anchor runs cifar10-airbench's PyTorch script, and PyTorch is not "
                         "installed here: pip install -r requirements-torch.txt (its CPU build).")
@@ -196,11 +207,13 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None):
     (work / f"{Path(kind).stem}_cpu.py").write_text(text, encoding="utf-8")
     prepare(work, train, test)
     print(f"{kind} and {name} on the same {len(train[1]):,} training and {len(test[1]):,} "
-          f"{evaluated_on} images ({config['data']['path']}), {runs_} run(s) each", flush=True)
+          f"{evaluated_on} images ({config['data']['path']}), {runs_} run(s) each, both in "
+          f"{precision}", flush=True)
     rows = []
     for run in range(runs_):
         rows.append(_timed(kind, run, [sys.executable, f"{Path(kind).stem}_cpu.py"], work,
-                           {"ANCHOR_RUNS": "1"}, lambda out: MEAN.findall(out), out_dir))
+                           {"ANCHOR_RUNS": "1", "ANCHOR_PRECISION": precision},
+                           lambda out: MEAN.findall(out), out_dir))
         run_dir = out_dir / f"{name}-seed{run}"
         rows.append(_timed(name, run, [sys.executable, "-m", "recipes", "run", name,
                                        *overrides, f"execution.seed={run}", f"run.dir={run_dir}",
