@@ -201,6 +201,7 @@ def test_the_table_and_results_name_the_split_the_accuracy_is_on(
     assert table in capsys.readouterr().out
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results == rows and {row["evaluated_on"] for row in rows} == {evaluated_on}
+    assert {row["precision"] for row in rows} == {"mixed_bfloat16"}  # the recipe's own
 
 
 @pytest.mark.parametrize("precision, bfloat16", [("mixed_bfloat16", True), ("float32", False)])

@@ -221,8 +221,9 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None):
                            Path.cwd(), {}, lambda out: [json.loads(
                                (run_dir / "metrics.json").read_text())["test"]["accuracy"]],
                            out_dir))
-    # Which split each accuracy is on, as the recipe's metrics.json names it.
-    rows = [{**row, "evaluated_on": evaluated_on} for row in rows]
+    # Which split each accuracy is on, as the recipe's metrics.json names it,
+    # and the precision both sides computed in.
+    rows = [{**row, "evaluated_on": evaluated_on, "precision": precision} for row in rows]
     table = summary(rows, kind, name, evaluated_on)
     (out_dir / "table.md").write_text(table)
     (out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
