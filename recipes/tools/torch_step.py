@@ -28,7 +28,8 @@ def measure(job):
     import torch
     import torch.nn.functional as F
 
-    os.environ.setdefault("ANCHOR_RUNS", "1")  # read by the anchor's prelude
+    os.environ.setdefault("ANCHOR_RUNS", "1")  # read by the anchor's prelude, as is
+    os.environ["ANCHOR_PRECISION"] = job["precision"]  # (its inference under autocast or not)
     text, _ = anchor.patched(job["script"])
     airbench = {"__name__": "airbench94_muon"}
     exec(compile(text, job["script"], "exec"), airbench)
