@@ -28,8 +28,9 @@ def measure(job):
     import torch
     import torch.nn.functional as F
 
-    os.environ.setdefault("ANCHOR_RUNS", "1")  # read by the anchor's prelude, as is
-    os.environ["ANCHOR_PRECISION"] = job["precision"]  # (its inference under autocast or not)
+    # What the anchor's prelude reads: how many runs, and whether to autocast to bfloat16.
+    os.environ.setdefault("ANCHOR_RUNS", "1")
+    os.environ["ANCHOR_PRECISION"] = job["precision"]
     text, _ = anchor.patched(job["script"])
     airbench = {"__name__": "airbench94_muon"}
     exec(compile(text, job["script"], "exec"), airbench)
