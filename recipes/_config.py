@@ -10,6 +10,7 @@ keys, values of the wrong type and numbers out of their range are
 """
 
 import copy
+import importlib.util
 import os
 from pathlib import Path
 
@@ -60,12 +61,59 @@ CHOICES = {"execution.backend": ["tensorflow", "jax", "torch"],
 LIMITS = {"execution.timeout_s": (lambda v: v > 0, "above 0")}
 
 
-def defaults(module=None):
-    """`DEFAULTS`, with the data section recipe module `module` reads."""
+def defaults(module=None, recipe_config=None):
+    """`DEFAULTS`, with the data section recipe module `module` (whose CONFIG is
+    `recipe_config`, read if not given) reads."""
     tree = copy.deepcopy(DEFAULTS)
-    data_config = settings.module_literal(PACKAGE_DIR / f"{module}.py", "CONFIG")["data"] if module else {}
-    tree["data"] = settings.data_defaults(data_config, PACKAGE_DIR)
+    if module and recipe_config is None:
+        recipe_config = recipe_values(module)[0]
+    tree["data"] = settings.data_defaults((recipe_config or {}).get("data", {}), PACKAGE_DIR)
     return tree
+
+
+def recipe_values(module, layers=(), overrides=()):
+    """(CONFIG, CONFIG_SCHEMA) of recipe module `module`. Where both are literals
+    that nothing changes, as they are written in its file, read without running
+    it, so that `show` and a typo's error need no TensorFlow; otherwise the
+    module's own objects, Keras started first on the backend that `layers`, the
+    environment and `overrides` choose (`_backend_before_keras`)."""
+    source = PACKAGE_DIR / f"{module}.py"
+    try:
+        return (settings.module_literal(source, "CONFIG"),
+                settings.module_literal(source, "CONFIG_SCHEMA", default={}))
+    except settings.NotLiteral:
+        pass
+    from recipes import _environment
+
+    backend, onednn = _backend_before_keras(source, layers, overrides)
+    _environment.request_backend({"execution": {"backend": backend}})
+    _environment.request_onednn({"execution": {"onednn": onednn}})
+    spec = importlib.util.spec_from_file_location(f"recipes._settings_of_{module}", source)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)  # a recipe runs nothing on import but its definitions
+    return copy.deepcopy(loaded.CONFIG), copy.deepcopy(getattr(loaded, "CONFIG_SCHEMA", {}))
+
+
+def _backend_before_keras(source, layers, overrides):
+    """`execution.backend` and `execution.onednn` as the settings will resolve them,
+    found before Keras and TensorFlow load (each reads its own once, on import):
+    the command line's, else the environment's and the YAML files', else the
+    CONFIG's as written in `source`."""
+    found = {}
+    for key in ("execution.backend", "execution.onednn"):
+        value = settings.literal_at(source, "CONFIG", key)
+        for _, layer in layers:
+            value = settings.flatten(layer).get(key, value)
+        for item in overrides:
+            name, _, text = item.partition("=")
+            if name.strip() == key:
+                value = settings.parse_override(item)[1]
+        found[key] = value
+    backend = found["execution.backend"] or DEFAULTS["execution"]["backend"]
+    if backend not in CHOICES["execution.backend"]:
+        raise UserError(f"Config key 'execution.backend' must be one of "
+                        f"{', '.join(CHOICES['execution.backend'])}; got {backend!r}.")
+    return backend, found["execution.onednn"]
 
 
 def resolve(name, config_files=(), overrides=(), announce=print):
@@ -80,19 +128,19 @@ def resolve(name, config_files=(), overrides=(), announce=print):
     """
     module = module_of(name)
     source = PACKAGE_DIR / f"{module}.py"
-    recipe_config = settings.module_literal(source, "CONFIG")
-    unknown = sorted(set(recipe_config) - set(DEFAULTS))
-    if unknown:
-        raise UserError(f"{source}: unknown section {unknown[0]}; sections are "
-                        f"{', '.join(DEFAULTS)}.")
     layers = [CONFIGS_DIR / f"{name}.yaml"] if name != module else []
     layers = [(f"in {path}", _read_yaml(path, module)) for path in [*layers, *map(Path, config_files)]]
     if os.environ.get("KERAS_BACKEND"):  # Keras' own switch, below the command line's
         layers.append(("in the environment variable KERAS_BACKEND",
                        {"execution": {"backend": os.environ["KERAS_BACKEND"]}}))
+    recipe_config, schema = recipe_values(module, layers, overrides)
+    unknown = sorted(set(recipe_config) - set(DEFAULTS))
+    if unknown:
+        raise UserError(f"{source}: unknown section {unknown[0]}; sections are "
+                        f"{', '.join(DEFAULTS)}.")
     config = settings.resolve(
-        name, defaults(module), recipe_config, layers=layers, overrides=overrides,
-        schema=recipe_schema(module), announce=announce, types=TYPES, choices=CHOICES,
+        name, defaults(module, recipe_config), recipe_config, layers=layers, overrides=overrides,
+        schema=schema, announce=announce, types=TYPES, choices=CHOICES,
         limits=LIMITS, origin=f"in {source}'s CONFIG")
     backend = config["execution"]["backend"]
     if backend != "tensorflow":
@@ -155,12 +203,12 @@ def recipe_schema(module):
     """The `CONFIG_SCHEMA` of recipe module `module`: `{key: type name or list
     of choices}` for the keys its CONFIG adds whose value there does not tell
     their type (None: "the variant's") or that take one of a few values."""
-    return settings.module_literal(PACKAGE_DIR / f"{module}.py", "CONFIG_SCHEMA", default={})
+    return recipe_values(module)[1]
 
 
 def dump(config):
     """Returns `config` as YAML text, sections in their usual order."""
-    return yaml.safe_dump(config, sort_keys=False)
+    return yaml.safe_dump(settings.plain(config), sort_keys=False)
 
 
 def _read_yaml(path, module):

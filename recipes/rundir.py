@@ -19,6 +19,7 @@ import yaml
 
 from recipes import RUNS_DIR
 from recipes.errors import UserError
+from recipes.settings import plain
 
 # What may change when a run resumes; not the backend or precision, which train differently.
 RESUMABLE_KEYS = {"run", "train.epochs", "execution.mode", "execution.steps_per_execution",
@@ -191,7 +192,7 @@ def read_config(run_dir):
 
 def write_config(run_dir, config):
     """Writes the resolved `config.yaml`, with its digest line."""
-    body = yaml.safe_dump(config, sort_keys=False)
+    body = yaml.safe_dump(plain(config), sort_keys=False)
     try:
         (run_dir / "config.yaml").write_text(
             body + DIGEST_PREFIX + hashlib.sha256(body.encode()).hexdigest() + "\n")

@@ -28,7 +28,7 @@ from pathlib import Path
 from recipes import errors, rundir
 from recipes.errors import (Interrupted, Terminated, TrainingDiverged, UserError,
                             exit_status, note_reported, raise_pending)
-from recipes.settings import DEFAULTS, data_defaults, declared_config, resolve, resolve_mode
+from recipes.settings import DEFAULTS, data_defaults, parse_override, resolve, resolve_mode
 
 
 # ## A copied recipe's command line, and a notebook cell's
@@ -53,9 +53,12 @@ def main(name, config, run, schema=None):
     overrides = sys.argv[1:] if ran_as_file or not in_kernel else []
     try:
         with signals_and_output():
-            config = resolve(name, {"data": data_defaults(config["data"]), **DEFAULTS}, config,
-                             overrides=overrides, schema=schema, announce=print,
-                             declared=declared_config(caller), origin="in CONFIG")
+            config, overrides = _without_backend(
+                config, overrides, keras.backend.backend(),
+                Path(caller["__file__"]).name if ran_as_file else f"{name}.py")
+            config = resolve(name, {"data": data_defaults(config.get("data", {})), **DEFAULTS},
+                             config, overrides=overrides, schema=schema, announce=print,
+                             origin="in CONFIG")
             execution = config["execution"]
             resolve_mode(execution, keras.backend.backend())
             if execution.get("onednn") is not None and "TF_ENABLE_ONEDNN_OPTS" not in os.environ:
@@ -74,6 +77,27 @@ def main(name, config, run, schema=None):
         note_reported(error)
         if not in_kernel:
             sys.exit(status)
+
+
+def _without_backend(config, overrides, started, script):
+    """(`config`, `overrides`) less an `execution.backend` that names the backend
+    Keras `started` on; any other backend, in CONFIG or on the command line, is a
+    `UserError`: a recipe file's backend is KERAS_BACKEND's, read once, as its
+    `import keras` runs."""
+    asked = [(f"'{item}' on the command line", parse_override(item)[1]) for item in overrides
+             if item.partition("=")[0].strip() == "execution.backend"]
+    execution = config.get("execution", {})
+    if "backend" in execution:
+        asked.insert(0, ("execution.backend in CONFIG", execution["backend"]))
+    for where, backend in asked:
+        if backend != started:
+            raise UserError(f"{where}: a recipe file trains on the backend Keras loaded when it "
+                            f"was imported ({started} here); to train on {backend}, run "
+                            f"KERAS_BACKEND={backend} python {script} ...")
+    if "backend" in execution:  # said, and true: nothing else reads it
+        config = {**config, "execution": {k: v for k, v in execution.items() if k != "backend"}}
+    return config, [item for item in overrides
+                    if item.partition("=")[0].strip() != "execution.backend"]
 
 
 class signals_and_output:

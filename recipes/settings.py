@@ -8,7 +8,6 @@ import copy
 import difflib
 import functools
 import math
-import sys
 from pathlib import Path
 
 import yaml
@@ -65,17 +64,35 @@ LIMITS_BY_NAME = {
     "compression": (lambda v: 0 < v <= 1, "above 0 and at most 1"),
     "lookahead_decay": (lambda v: 0 < v < 1, "above 0 and below 1"),
 }
+# A recipe's own keys are typed by their value in CONFIG, unless their name says more: a
+# student's `"epochs": "2"` or `"hidden_units": 512` is then one line, not a traceback in Keras.
+TYPES_BY_NAME = {
+    **dict.fromkeys(["epochs", "validation_freq", "dense_units", "init_filters", "depth",
+                     "growth_rate", "whitening_images", "warmup_epochs", "layers_per_block",
+                     "whitening_bias_epochs", "lookahead_start_epoch"], int),
+    **dict.fromkeys(["lr", "dropout", "conv_dropout", "dense_dropout", "label_smoothing",
+                     "momentum", "batch_norm_momentum", "muon_momentum", "bias_lr_scale",
+                     "muon_lr", "weight_decay", "lr_decay", "compression", "lookahead_decay"],
+                    float),
+    **dict.fromkeys(["hidden_units", "filters", "widths", "growth_rates"], list),
+    "units": (int, list),
+}
+# How alike a key the defaults lack and another key of its section may be before it
+# reads as a misspelling of it ("droput" and "dropout" are 0.92; "momentum" and
+# "muon_momentum", both real keys, 0.76).
+NEAR_MISS = 0.85
 TYPE_NAMES = {bool: "true/false", int: "an integer", float: "a number", str: "a string",
               list: "a list", dict: "a mapping"}
 
 
 def resolve(name, defaults, config, layers=(), overrides=(), schema=None, announce=None,
-            types=None, choices=None, limits=None, origin=None, declared=None):
-    """Recipe `name`'s settings, `recipe: name` first: `defaults` < its `config`
-    (written `origin`), which may add the keys `declared` (the CONFIG as written;
-    default: `config`) has, typed by their value or by `schema` (a type's name,
-    or a list of choices) < each `(origin, mapping)` of `layers` < the
-    `key=value` overrides, each told to `announce`. Every value is `check`ed;
+            types=None, choices=None, limits=None, origin=None):
+    """Recipe `name`'s settings, `recipe: name` first, as `Settings`: `defaults` <
+    its `config` (the CONFIG object, written `origin`), which may add keys of its
+    own, typed by `schema` (a type's name, or a list of choices), `TYPES_BY_NAME`
+    or their value < each `(origin, mapping)` of `layers` < the `key=value`
+    overrides, each told to `announce`. Every value is `check`ed, and a key of
+    the recipe's own that reads as a misspelling of its neighbour is refused;
     `types`, `choices` and `limits` add to this module's tables."""
     tree = copy.deepcopy(defaults)
     types, choices = {**TYPES, **(types or {})}, {**CHOICES, **(choices or {})}
@@ -88,15 +105,19 @@ def resolve(name, defaults, config, layers=(), overrides=(), schema=None, announ
     nullable = {key for key, value in flatten(tree).items() if value is None}
 
     def entry(key, value, null=False):  # (type, nullable, choices, list items' type, range)
-        return (types.get(key, type(value)), null or value is None or key in nullable,
-                choices.get(key), _number_items(value),
-                limits.get(key) or LIMITS_BY_NAME.get(key.rpartition(".")[2]))
+        leaf = key.rpartition(".")[2]
+        return (types.get(key) or (TYPES_BY_NAME.get(leaf) if null else None) or type(value),
+                null or value is None or key in nullable, choices.get(key), _number_items(value),
+                limits.get(key) or LIMITS_BY_NAME.get(leaf))
 
     known = {key: entry(key, value) for key, value in flatten(tree).items()}
-    for key, value in flatten(config if declared is None else declared).items():
-        known.setdefault(key, entry(key, value, null=True))  # a key of the recipe's own
+    origin = origin or f"in {name}.py's CONFIG"
+    own = {key: value for key, value in flatten(config).items() if key not in known}
+    _refuse_near_misses(own, [*known, *own], origin)
+    for key, value in own.items():
+        known[key] = entry(key, value, null=True)  # a key of the recipe's own
     for key, value in flatten(config).items():
-        set_key(tree, key, check(known, key, value, origin or f"in {name}.py's CONFIG"))
+        set_key(tree, key, check(known, key, value, origin))
     known = {key: entry(key, value) for key, value in flatten(tree).items()}
     items = [(origin, key, value) for origin, layer in layers
              for key, value in flatten(layer).items()]
@@ -105,6 +126,7 @@ def resolve(name, defaults, config, layers=(), overrides=(), schema=None, announ
         set_key(tree, key, check(known, key, value, origin))
         if announce and origin == "on the command line":
             announce(f"override: {key} = {value!r}")
+    tree = Settings.of({"recipe": name, **tree})
     model, train = tree.get("model", {}), tree["train"]
     if "widths" in model and len(model["widths"]) != len(model.get("growth_rates", [])):
         raise UserError(f"model.widths and model.growth_rates need one entry per block each; got "
@@ -120,7 +142,57 @@ def resolve(name, defaults, config, layers=(), overrides=(), schema=None, announ
                         f"train.epochs={train['epochs']}: the run would never validate, nor save "
                         f"checkpoints/best.keras; use {train['epochs']} to validate after the "
                         "last epoch only.")
-    return {"recipe": name, **tree}
+    return tree
+
+
+def _refuse_near_misses(own, keys, origin):
+    """A `UserError` when a key of the recipe's own is `NEAR_MISS`-alike another key of
+    its section: `"droput"` beside `"dropout"` would train without either noticing."""
+    for key in own:
+        section, _, leaf = key.rpartition(".")
+        siblings = [k.rpartition(".")[2] for k in keys
+                    if k != key and k.rpartition(".")[0] == section]
+        close = difflib.get_close_matches(leaf, siblings, n=1, cutoff=NEAR_MISS)
+        if close:
+            pair = sorted([key, f"{section}.{close[0]}"])
+            raise UserError(f"Config keys '{pair[0]}' and '{pair[1]}' are both set {origin}, and "
+                            "one looks like a misspelling of the other: keep the one the recipe "
+                            "reads (a key of your own needs a name unlike its neighbours').")
+
+
+class MissingKey(UserError, KeyError):
+    """A key that a recipe reads and its settings lack."""
+
+    __str__ = Exception.__str__  # KeyError's would quote the line
+
+
+class Settings(dict):
+    """Resolved settings, a plain mapping but for one thing: reading a key that a
+    section lacks (a CONFIG key renamed or deleted) is a `MissingKey` that names
+    it, instead of a `KeyError` deep in a recipe. `plain` turns it back into dicts."""
+
+    def __init__(self, mapping=(), path=""):
+        super().__init__(mapping)
+        self.path = path
+
+    @classmethod
+    def of(cls, tree, path=""):
+        return cls({key: cls.of(value, f"{path}{key}.") if isinstance(value, dict) else value
+                    for key, value in tree.items()}, path)
+
+    def __missing__(self, key):
+        close = difflib.get_close_matches(str(key), [str(k) for k in self], n=1, cutoff=0.6)
+        name = f"{self.path}{key}"
+        raise MissingKey(f"this recipe reads the config key '{name}', which its settings lack"
+                         + (f" (they have '{self.path}{close[0]}')" if close else "")
+                         + f": put it back in CONFIG, or give it as {name}=VALUE.")
+
+
+def plain(tree):
+    """`tree` with every `Settings` as a dict: what YAML's safe dumper writes."""
+    if isinstance(tree, dict):
+        return {key: plain(value) for key, value in tree.items()}
+    return [plain(item) for item in tree] if isinstance(tree, list) else tree
 
 
 def parse_override(item):
@@ -217,7 +289,8 @@ def set_key(tree, dotted, value):
 
 def module_literal(path, name, default=None):
     """The literal assigned to `name` in the Python file `path`, read without
-    importing it (the data module imports Keras)."""
+    importing it (the module imports Keras); `NotLiteral` where the module's
+    value could differ from it."""
     path = Path(path)
     status = path.stat()
     found = _file_literal(path, status.st_mtime_ns, status.st_size, name)
@@ -230,36 +303,61 @@ def module_literal(path, name, default=None):
 def _file_literal(path, mtime_ns, size, name):
     """`source_literal` of the file at `path`, parsed once per version of the
     file: every resolved config reads the same few modules' literals."""
-    return source_literal(path.read_text(), name)
+    return source_literal(path.read_text(), name, path)
 
 
-def source_literal(source, name):
-    """The literal last assigned to `name` at the top level of Python `source`, or None."""
-    nodes = [node for node in ast.parse(source).body if isinstance(node, ast.Assign)
-             and getattr(node.targets[0], "id", None) == name]
-    return ast.literal_eval(nodes[-1].value) if nodes else None
+class NotLiteral(Exception):
+    """A module's value that only running it gives: an expression, or a later change."""
 
 
-def declared_config(caller):
-    """The CONFIG literal as it is written, in the file that calls `main` (namespace
-    `caller`) or the notebook cell that last assigned it: the keys a recipe adds. A
-    key set afterwards (`CONFIG["train"]["epoch"] = 1`) is checked against it."""
-    path = caller.get("__file__")
-    if path and Path(path).is_file():
-        return module_literal(path, "CONFIG", default={}) or None
-    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
-    if shell is None:
+def source_literal(source, name, path="<source>"):
+    """The literal assigned to `name` at the top level of Python `source`, or None;
+    `NotLiteral` when its value is an expression (`1e-3 * 2`, a name, a call) or a
+    later top-level statement (outside `if __name__ == "__main__":`) mentions it."""
+    body = ast.parse(source).body
+    places = [index for index, node in enumerate(body) if isinstance(node, ast.Assign)
+              and getattr(node.targets[0], "id", None) == name]
+    if not places:
         return None
-    from IPython.core.inputtransformer2 import TransformerManager  # %magics to Python
+    later = [node for node in body[places[-1] + 1:]
+             if not isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom))
+             and not _is_main_block(node)]
+    if any(isinstance(found, ast.Name) and found.id == name
+           for node in later for found in ast.walk(node)):
+        raise NotLiteral(f"{path}: {name} is changed after it is assigned")
+    try:
+        return ast.literal_eval(body[places[-1]].value)
+    except ValueError:
+        raise NotLiteral(f"{path}: {name} holds an expression") from None
 
-    for cell in reversed(shell.user_ns.get("In", [])):
-        try:
-            found = source_literal(TransformerManager().transform_cell(cell), "CONFIG")
-        except (SyntaxError, ValueError):  # not Python, or a CONFIG that is no literal
-            continue
-        if found is not None:
-            return found
-    return None
+
+def _is_main_block(node):
+    """Whether `node` is `if __name__ == "__main__":`."""
+    test = getattr(node, "test", None)
+    return (isinstance(node, ast.If) and isinstance(test, ast.Compare)
+            and getattr(test.left, "id", None) == "__name__")
+
+
+def literal_at(path, name, dotted):
+    """The literal at `dotted` ("execution.backend") inside the dict literal assigned to
+    `name` in the file `path`, None where it is not set; a `UserError` where it is an
+    expression: it is read before Keras loads, so only a literal can be."""
+    nodes = [node for node in ast.parse(Path(path).read_text()).body
+             if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == name]
+    node = nodes[-1].value if nodes else None
+    for part in dotted.split("."):
+        if not isinstance(node, ast.Dict):
+            return None
+        node = next((value for key, value in zip(node.keys, node.values)
+                     if isinstance(key, ast.Constant) and key.value == part), None)
+    if node is None:
+        return None
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        raise UserError(f"{path}, line {node.lineno}: {name}'s {dotted} is read before Keras "
+                        f"loads, to choose its backend, so it must be written as a plain value "
+                        f"(for example \"jax\"), not an expression.") from None
 
 
 def resolve_mode(execution, backend):
