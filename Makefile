@@ -16,7 +16,7 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe notebooks wheel copy anchor tfds-to-folder sweep compare compare-sizes benchmark benchmark-backends benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak battery test test-fast tensorboard clean
+.PHONY: help setup list show recipe notebooks wheel copy anchor tfds-to-folder sweep compare compare-sizes benchmark benchmark-backends benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak battery test test-fast test-slow tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
@@ -45,8 +45,9 @@ help:
 	@echo "make battery [ARGS=\"--only 1,5 --out FILE.md\"]     bad inputs and faults a user could hit: a table"
 	@echo "make show NAME=<recipe> [ARGS=...]                 print its resolved config"
 	@echo "make list                                          every recipe"
-	@echo "make test                                          the offline test suite"
+	@echo "make test                                          the offline test suite: test-fast, then test-slow"
 	@echo "make test-fast                                     its config, model and unit tests: no training"
+	@echo "make test-slow                                     the tests that train or start processes"
 	@echo "make tensorboard                                   TensorBoard on runs/"
 	@echo "make setup [GPU=1]                                 create .venv (GPU=1: CUDA build)"
 
@@ -205,12 +206,17 @@ graph: $(INSTALLED)
 # process start-up), so the second core would idle; worksteal evens out
 # the long tests.
 PYTEST = $(PY) -m pytest -q -n 2 --dist worksteal --durations=20
-test: $(INSTALLED)
-	$(PYTEST) tests
+# The whole suite, the fast set first: a red fast set stops it in minutes.
+test: test-fast test-slow
 
-# The tests that train nothing and start no process (not marked slow).
+# The tests that train nothing and start no process (not marked slow);
+# tests/conftest.py fails one that calls fit, a PyTorch backward or a process.
 test-fast: $(INSTALLED)
 	$(PYTEST) -m "not slow" tests
+
+# The tests that train or start processes (marked slow).
+test-slow: $(INSTALLED)
+	$(PYTEST) -m slow tests
 
 tensorboard: $(INSTALLED)
 	@mkdir -p runs

@@ -1,6 +1,7 @@
 """Shared test helpers: tiny, offline configs and quiet TensorFlow."""
 
 import gc
+import inspect
 import json
 import os
 import shutil
@@ -24,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 # alive, is frozen: walked no more (`_freeze_what_outlives_a_test`).
 gc.disable()
 import tensorflow as tf  # noqa: E402
-import keras  # noqa: E402, F401
+import keras  # noqa: E402
 
 gc.freeze()
 gc.enable()
@@ -76,8 +77,33 @@ def _freeze_what_outlives_a_test():
 def _no_process_under_test_fast(request):
     fast = request.config.getoption("markexpr") == "not slow"
     _IN_A_FAST_TEST[:] = [True] if fast else []
+    if fast:
+        sys.setprofile(_refuse_training(_training_calls()))
     yield
+    sys.setprofile(None)
     _IN_A_FAST_TEST.clear()
+
+
+def _training_calls():
+    """{code object: name} of the calls that train: Keras' `fit`, and PyTorch's
+    backward pass where a test has imported PyTorch."""
+    # Unwrapped: Keras' traceback filter is one wrapper, one code object, around many calls.
+    calls = {inspect.unwrap(keras.Model.fit).__code__: "keras.Model.fit"}
+    if "torch.autograd" in sys.modules:
+        backward = inspect.unwrap(sys.modules["torch.autograd"].backward)
+        calls[backward.__code__] = "torch.autograd.backward"
+    return calls
+
+
+def _refuse_training(calls):
+    """A profile function (sys.setprofile: it watches calls and replaces nothing)
+    that fails a `make test-fast` test as it starts one of `calls`: the fast set
+    trains nothing, as its help line says."""
+    def profile(frame, event, argument):
+        if event == "call" and any(frame.f_code is code for code in calls):
+            raise RuntimeError(f"make test-fast trains nothing: mark this test slow "
+                               f"({calls[frame.f_code]})")
+    return profile
 
 
 # A few steps on a handful of random examples: enough to exercise every stage.

@@ -17,6 +17,7 @@ from conftest import ROOT  # noqa: E402  (after the skip)
 from recipes.tools import airbench_ablation  # noqa: E402
 
 
+@pytest.mark.slow  # trains a PyTorch network
 def test_a_variant_trains_a_step_and_writes_its_line_and_the_table(tmp_path, capsys):
     out = tmp_path / "runs.jsonl"
     # 1,200 random images: 1,080 to train on, one batch of 1,024; 120 held out.

@@ -37,6 +37,7 @@ def measure_loop_function_in_a_process(name, mode, *job):
     return measure_tensorflow_modes_here(name, mode, *job)
 
 
+@pytest.mark.slow  # starts compare's worker process
 def test_compare_writes_one_row_per_mode(tmp_path, monkeypatch):
     # torch_compile is torch_eager's process with jit_compile=True, whose
     # torch.compile takes a minute or more on 2 cores: too long for the suite.

@@ -169,6 +169,7 @@ def peak_step_memory(backprop, units, function):
     return min(peaks)
 
 
+@pytest.mark.slow  # a training step at five depths, twice
 @pytest.mark.parametrize("function", [False, True], ids=["eager", "tf.function"])
 def test_reversible_memory_grows_much_slower_with_depth(function):
     """Eagerly, an outer tape must record nothing of the forward pass; in a
