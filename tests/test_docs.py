@@ -485,3 +485,76 @@ def test_every_shown_command_runs_for_a_few_steps(case, tmp_path, monkeypatch):
     for path in metrics:
         loss = json.loads(path.read_text())["final"].get("loss")
         assert loss is None or math.isfinite(loss), path
+
+
+# A recipe file's command line: `python NAME.py ...`, `KERAS_BACKEND=jax python
+# NAME.py ...`, or a notebook's `%run NAME.py ...`, which reads the same argv.
+FILE_COMMAND = re.compile(r"^(?:KERAS_BACKEND=(\w+) )?(?:python|%run) (\w+\.py)(?: (.*))?$")
+# A recipe file's keys for a few steps on random images (a file has no execution.onednn).
+TINY_FILE = ["data.source=synthetic", "data.synthetic_examples=64", "data.batch_size=16",
+             "train.epochs=1", "train.steps_per_epoch=2", "run.verbose=0"]
+
+
+def shown_lines(page):
+    """The lines of a page's ```sh blocks, and its inline code spans, one space apart."""
+    text = page.read_text()
+    lines = [line for match in FENCE.finditer(text) if match[1] == "sh"
+             for line in match[2].replace("\\\n", " ").splitlines()]
+    return [" ".join(line.split()) for line in
+            [*lines, *re.findall(r"`([^`]+)`", FENCE.sub("", text))]]
+
+
+def recipe_file_commands():
+    """{(backend or None, file, args): page} of every recipe file command shown whole."""
+    found = {}
+    for page in PAGES:
+        for line in shown_lines(page):
+            match = FILE_COMMAND.match(line)
+            if match and "..." not in line and match[2][:-3] in recipes.MODULES:
+                words = shlex.split(match[3] or "", comments=True)
+                found.setdefault((match[1], match[2], tuple(words)), page.name)
+    return found
+
+
+def test_the_recipe_file_commands_shown_are_found():
+    shown = {(backend, file) for backend, file, _ in recipe_file_commands()}
+    assert {(None, "mnist_mlp.py"), ("jax", "mnist_mlp.py")} <= shown, shown
+
+
+@pytest.mark.slow  # a process per command, each training a few steps
+@pytest.mark.parametrize("command", sorted(recipe_file_commands(), key=str),
+                         ids=lambda command: " ".join(filter(None, [command[0], command[1],
+                                                                   *command[2]])))
+def test_every_shown_recipe_file_command_trains_a_few_steps(command, tmp_path):
+    """The recipe file copied into an empty folder, run as shown with the kit importable
+    (as where it is installed), on a few steps of random images."""
+    backend, file, words = command
+    (tmp_path / file).write_text((ROOT / "recipes" / file).read_text())
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "KERAS_BACKEND": backend or "tensorflow"}
+    result = subprocess.run([sys.executable, file, *words, *TINY_FILE], cwd=tmp_path,
+                            env=environment, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "test:" in result.stdout, result.stderr[-3000:]
+    assert list(tmp_path.glob("**/history.csv"))
+
+
+def test_every_pip_install_shown_names_what_exists():
+    """`pip install` needs the registries: each shown line is checked against what
+    it names instead, a requirements file or an extra of pyproject.toml."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    checked = 0
+    for page in PAGES:
+        for line in shown_lines(page):
+            if not line.startswith("pip install "):
+                continue
+            words = shlex.split(line, comments=True)[2:]
+            for flag, value in zip(words, words[1:]):
+                if flag == "-r":
+                    assert (ROOT / value).is_file(), f"{page.name}: {line}"
+                    checked += 1
+            for extra in re.findall(r"\[([\w,-]+)\]", " ".join(words)):
+                assert set(extra.split(",")) <= set(extras), f"{page.name}: {line}"
+                checked += 1
+    assert checked >= 3, checked
