@@ -34,6 +34,8 @@ from recipes.errors import UserError  # its import latches Ctrl-C and SIGTERM be
 # Ctrl-C while TensorFlow loaded then crashed the process (SIGSEGV) in 2 of 15 tries.
 atexit.register(gc.freeze)
 
+__version__ = "0.1.0"  # the distribution's version: pyproject.toml reads it from here
+
 RUNS_DIR = Path("runs")  # where runs are written, relative to where the command runs
 
 PACKAGE_DIR = Path(__file__).resolve().parent

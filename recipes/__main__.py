@@ -72,6 +72,8 @@ def build_parser(found=None):
         # `recipes` where the kit's command runs it, `python -m recipes` otherwise.
         prog="python -m recipes" if sys.argv[0].endswith("__main__.py") else None,
         description="Train Keras 3 recipes in eager, graph or XLA mode.")
+    parser.add_argument("--version", action="version",
+                        version=f"keras-course-recipes {recipes.__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in (found or commands()).values():
         sub = subparsers.add_parser(command.name, help=command.help)

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from recipes import UserError
+from recipes import UserError, __version__
 
 # CPU features that decide TensorFlow's kernels: with AVX-512 VNNI, BF16 or
 # AMX it runs oneDNN's (_Mkl*) instead of Eigen's.
@@ -105,7 +105,7 @@ def gpus():
 
 def versions():
     """The versions of the packages a result depends on."""
-    found = {"tensorflow": None}
+    found = {"keras-course-recipes": __version__, "tensorflow": None}
     if has_tensorflow():
         import tensorflow as tf
 

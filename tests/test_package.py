@@ -8,6 +8,7 @@ import zipfile
 
 import pytest
 
+import recipes
 from conftest import ROOT, kit_source
 
 
@@ -38,6 +39,23 @@ def test_the_recipes_command_of_the_wheel_works_from_any_folder(fresh_pythons, t
     assert shown.returncode == 0 and "recipe: densenet_cifar10_95" in shown.stdout, shown.stderr
     refused = recipes_command(fresh_pythons.kit, "run", "mnist_mpl", cwd=tmp_path)
     assert refused.returncode == 2 and refused.stderr.startswith("error: Unknown recipe 'mnist_mpl'.")
+    version = recipes_command(fresh_pythons.kit, "--version", cwd=tmp_path)
+    assert version.stdout == f"keras-course-recipes {recipes.__version__}\n", version.stderr
+    # The wheel's metadata reads its version from the same line, and ships the license.
+    metadata = next(name for name in zipfile.ZipFile(fresh_pythons.wheel).namelist()
+                    if name.endswith(".dist-info/METADATA"))
+    text = zipfile.ZipFile(fresh_pythons.wheel).read(metadata).decode()
+    assert f"\nVersion: {recipes.__version__}\n" in text and "License-File: LICENSE" in text
+
+
+def test_the_version_is_printed_and_recorded_where_results_are():
+    from recipes import __main__ as cli, _environment
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.build_parser().parse_args(["--version"])
+    assert exit_.value.code == 0
+    assert _environment.versions()["keras-course-recipes"] == recipes.__version__
+    assert f"## {recipes.__version__}" in (ROOT / "CHANGELOG.md").read_text()
 
 
 @pytest.mark.slow
