@@ -121,8 +121,10 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False, initial_epoch
         raise UserError(
             ("data.source=tfds reads tensorflow-datasets" if config["source"] == "tfds"
              else "data.augment_on=host augments in tf.data") + ", which needs TensorFlow, not "
-            "installed here. Without it, train on data.source=folder or synthetic, with "
-            "data.augment_on=device data.augment_engine=keras.")
+            "installed here. Without it, train on data.source=folder or synthetic"
+            # The augmentation keys exist only in a recipe that augments.
+            + (", with data.augment_on=device data.augment_engine=keras" if "augment_on" in config
+               else "") + ".")
     train, validation, test, num_classes, evaluated_on = source_splits(config, input_shape,
                                                                  num_classes, seed)
     validated_on = "held_out"

@@ -36,12 +36,25 @@ def exit_status(error):
         return error.status, str(error)
     if isinstance(error, (UserError, TrainingDiverged)):
         return 2 if isinstance(error, UserError) else 3, f"error: {error}"
-    if isinstance(error, OSError) and error.errno == errno.ENOSPC:  # outside a run's training
-        return 2, (f"error: the disk is full ({error.filename or 'writing'}): free some space "
+    if disk_full(error):  # outside a run's training
+        return 2, (f"error: the disk is full ({getattr(error, 'filename', None) or 'writing'}): free some space "
                    "and run the same command again.")
     if isinstance(error, KeyboardInterrupt):  # before training started: nothing to save
         return 143 if isinstance(error, Terminated) else 130, "interrupted."
     return None, None
+
+
+def disk_full(error):
+    """Whether `error` (or what it was raised from) is a full disk: an OSError's
+    ENOSPC, or TensorFlow's ResourceExhaustedError from a file it writes (the
+    TensorBoard writer's), whose text is the only place that says so."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            return True
+        if type(error).__name__ == "ResourceExhaustedError" and "No space left" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 # ## A Ctrl-C or SIGTERM at any moment, from the first import on

@@ -13,7 +13,6 @@ Keras is imported only when training starts: the repository checks a config
 before Keras starts, to choose its backend.
 """
 
-import errno
 import importlib.util
 import inspect
 import json
@@ -69,7 +68,7 @@ def main(name, config, run, schema=None):
                 result = active.train(run)
             print("test:", result.test)
         return result
-    except (UserError, TrainingDiverged, OSError, KeyboardInterrupt) as error:
+    except (Exception, KeyboardInterrupt) as error:  # exit_status tells a bug, re-raised
         status, message = exit_status(error)
         if message is None:
             raise
@@ -156,6 +155,7 @@ class Run:
         self.config, self.dir, self.created, self._lock = config, run_dir, created, lock
         self.state, self.initial_epoch = state, state.epochs
         self.interrupted, self._handlers, self._epoch = None, {}, 0
+        self._discard = False  # whether `close` removes the directory this run made, whole
         self._lowest, self._warned = math.inf, False  # the training loss, for its divergence
 
     @classmethod
@@ -215,10 +215,10 @@ class Run:
             while cause is not None and not isinstance(cause, KeyboardInterrupt):
                 cause = cause.__context__  # library code that turned it into another error
             cause = self.interrupted or cause
-            if cause is None and isinstance(error, OSError) and error.errno == errno.ENOSPC:
-                raise UserError(self.saved_note(
-                    f"the disk is full ({error.filename or 'writing the run'})",
-                    "free some space, then")) from None
+            if cause is None and errors.disk_full(error):
+                where = getattr(error, "filename", None) or "writing the run"
+                raise UserError(self.saved_note(f"the disk is full ({where})",
+                                                "free some space, then")) from None
             if cause is None:
                 raise
             raise Interrupted(self.saved_note(), 143 if isinstance(cause, Terminated) else 130) \
@@ -304,6 +304,11 @@ class Run:
                  if "resume" in self.config["run"] else
                  f"{then} the same command with run.dir={self.dir}").strip()
         epochs = rundir.saved_epochs(self.dir / "backup")
+        if not epochs and self.created:
+            self._discard = True  # it holds nothing to go on from: `close` removes it
+            return (f"{what} before the first epoch of {self.dir} finished: no epoch was saved, "
+                    f"and the folder is removed; {then + ' ' if then else ''}the same command "
+                    "starts the run again.")
         if not epochs:
             return (f"{what} before the first epoch of {self.dir} finished: no epoch was saved; "
                     f"{again} starts it again from the beginning.")
@@ -316,8 +321,8 @@ class Run:
         if self._lock is not None:
             self._lock.release()
         self._lock = None
-        if self.created and self.dir.is_dir() and not any(
-                path.name != ".lock" for path in self.dir.iterdir()):
+        if self.created and self.dir.is_dir() and (self._discard or not any(
+                path.name != ".lock" for path in self.dir.iterdir())):
             shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -230,12 +230,21 @@ def test_two_copies_started_in_the_same_second_get_two_run_directories(tmp_path,
 
 
 def test_an_interrupted_copy_says_to_run_again_with_its_run_dir(tmp_path, monkeypatch):
-    """A copy has no run.resume: its note names the run.dir to give."""
+    """A copy has no run.resume: its note names the run.dir to give; before its first
+    epoch, in a folder it made, nothing is kept and the same command starts over."""
     monkeypatch.chdir(tmp_path)
     recipe = recipes.load("mnist_mlp")
     config = settings.resolve("mnist_mlp", {"data": settings.data_defaults(recipe.CONFIG["data"]),
                                         **settings.DEFAULTS}, recipe.CONFIG)
     with runs.Run.open(config) as run:
         assert run.saved_note() == (
-            f"interrupted before the first epoch of {run.dir} finished: no epoch was saved; "
-            f"the same command with run.dir={run.dir} starts it again from the beginning.")
+            f"interrupted before the first epoch of {run.dir} finished: no epoch was saved, "
+            "and the folder is removed; the same command starts the run again.")
+        (run.dir / "history.csv").write_text("epoch,loss\n")  # what a run writes as it starts
+    assert not run.dir.exists()
+    (tmp_path / "mine").mkdir()  # a folder the student gave: kept, and named again
+    config["run"]["dir"] = str(tmp_path / "mine")
+    with runs.Run.open(config) as run:
+        assert run.saved_note().endswith(f"the same command with run.dir={run.dir} starts it "
+                                         "again from the beginning.")
+    assert run.dir.exists()

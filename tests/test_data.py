@@ -178,3 +178,14 @@ def test_without_tensorflow_datasets_the_tfds_source_is_one_line(monkeypatch):
     with pytest.raises(UserError, match="data.source=tfds needs tensorflow-datasets, not "
                                         "installed here: pip install tensorflow-datasets"):
         data._tfds_splits({**data.DEFAULTS, "name": "mnist"})
+
+
+@pytest.mark.parametrize("augments", [False, True])
+def test_without_tensorflow_the_advice_names_only_keys_the_recipe_has(augments, monkeypatch):
+    """mnist_mlp has no data.augment_on: the line once advised it, and the recipe refused it."""
+    monkeypatch.setattr(rdata, "HAS_TENSORFLOW", False)
+    config = {"name": "mnist", "source": "tfds", **({"augment_on": "auto"} if augments else {})}
+    with pytest.raises(UserError) as error:
+        rdata.load(config)
+    assert ("data.augment_on=device" in str(error.value)) == augments, error.value
+    assert "data.source=folder or synthetic" in str(error.value)

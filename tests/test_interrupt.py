@@ -33,9 +33,11 @@ def test_an_interrupt_before_the_first_epoch_says_nothing_was_saved(tmp_path):
         process.kill()
         pytest.fail(f"still running 120 s after Ctrl-C: {process.communicate()[1][-3000:]}")
     assert process.returncode == 130, err[-2000:]
-    assert (f"interrupted before the first epoch of {run_dir} finished: no epoch was saved; "
-            "the same command with run.resume=true (or the same run.dir) starts it again") in err
-    assert "finished epochs are saved" not in err
+    # The folder it made holds nothing to go on from: removed, so the same command starts over
+    # (run.resume=true was once advised, and then refused, finding no run).
+    assert (f"interrupted before the first epoch of {run_dir} finished: no epoch was saved, "
+            "and the folder is removed; the same command starts the run again.") in err
+    assert "finished epochs are saved" not in err and not run_dir.exists()
 
 
 def test_the_interrupt_note_counts_the_saved_epochs(tiny_config, tmp_path):

@@ -300,12 +300,28 @@ def test_a_full_disk_says_what_was_saved_and_how_to_go_on(path, tiny_config, tmp
 
     with runs.Run.open(config) as run, pytest.raises(runs.UserError) as error:
         run.train(fills_the_disk)
-    again = ("the same command with run.resume=true (or the same run.dir)"
-             if path == "the command line" else f"the same command with run.dir={run.dir}")
     assert str(error.value) == (
         f"the disk is full (runs/x/backup/latest.weights.h5) before the first epoch of {run.dir} "
-        f"finished: no epoch was saved; free some space, then {again} starts it again from the "
-        "beginning.")
+        "finished: no epoch was saved, and the folder is removed; free some space, then the same "
+        "command starts the run again.")
+    assert not run.dir.exists()
+
+
+def test_a_full_disk_under_tensorboards_writer_is_one_line(tiny_config, tmp_path, monkeypatch):
+    """TensorFlow's file writers say ResourceExhaustedError, not OSError, of a full disk."""
+    import tensorflow as tf
+
+    from recipes import runs
+
+    monkeypatch.chdir(tmp_path)
+
+    def fills_the_disk(*args, **kwargs):
+        raise tf.errors.ResourceExhaustedError(
+            None, None, "runs/x/tensorboard/train/events.out; No space left on device")
+
+    with runs.Run.open(tiny_config("mnist_mlp", "run.dir=null")) as run, \
+            pytest.raises(runs.UserError, match="^the disk is full .*free some space"):
+        run.train(fills_the_disk)
 
 
 def test_the_best_epoch_is_the_rows_epoch_not_its_position():
