@@ -15,24 +15,14 @@ TensorFlow.
 """
 
 import ast
-import atexit
 import difflib
 import functools
-import gc
 import importlib
 from pathlib import Path
 
 import yaml
 
-from recipes.errors import UserError  # its import latches Ctrl-C and SIGTERM before Keras loads
-
-# TensorFlow and Keras load about 400,000 objects that live as long as the
-# process, and Python's last full garbage collection, at exit, walks them all
-# (about 1 s on 2 cores): frozen, they are left out of it (registered before
-# Keras loads, the freeze runs after its exit handlers). Raising the
-# collector's thresholds would save about 0.7 s of their import too, but a
-# Ctrl-C while TensorFlow loaded then crashed the process (SIGSEGV) in 2 of 15 tries.
-atexit.register(gc.freeze)
+from recipes.errors import UserError
 
 __version__ = "0.1.0"  # the distribution's version: pyproject.toml reads it from here
 

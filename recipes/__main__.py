@@ -18,9 +18,6 @@ from recipes import _config, _environment, errors, runs
 from recipes.runs import UserError
 from recipes.tools import Command
 
-# TensorFlow's C++ start-up notices are noise to a reader of a training log.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-
 
 def list_recipes():
     width = max(map(len, recipes.names()))
@@ -164,9 +161,18 @@ def run_cli(argv=None):
 
 
 def entry_point():
-    """`python -m recipes` and the `recipes` command that installing the kit adds."""
-    with runs.signals_and_output():
-        status = run_cli()
+    """`python -m recipes` and the `recipes` command that installing the kit adds: the
+    process is the command's, set up here (never on import): a Ctrl-C or SIGTERM is one
+    line from now on, and TensorFlow's C++ start-up notices, noise to a reader of a
+    training log, are off unless asked for."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    errors.install_interrupt_hooks()
+    runs.freeze_at_exit()
+    try:
+        with runs.signals_and_output():
+            status = run_cli()
+    finally:
+        errors.restore_interrupt_hooks()
     sys.exit(status)
 
 

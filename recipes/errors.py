@@ -1,13 +1,14 @@
 """What a user is told when a run cannot go on: the errors, each one line with
 its exit status (`exit_status`), and Ctrl-C and SIGTERM, which stop a run
-with one line at any moment from this module's import on (the package
-imports it first, before anything loads Keras)."""
+with one line at any moment once an entry point has called
+`install_interrupt_hooks` (importing this module changes nothing)."""
 
 import errno
 import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 
 class UserError(Exception):
@@ -44,6 +45,21 @@ def exit_status(error):
     return None, None
 
 
+# What brings each optional part inside a checkout (`make setup` installs the pinned stack
+# into .venv); elsewhere, the distribution's extra of the same name.
+CHECKOUT_INSTALL = {"torch": "pip install -r requirements-torch.txt -c constraints.txt "
+                             "(into .venv: PyTorch's CPU build)"}
+
+
+def install_advice(extra):
+    """How to install the optional part `extra` (an extra of pyproject.toml) here:
+    from a checkout, its requirements; from an installed kit, pip and the extra."""
+    checkout = Path(__file__).resolve().parents[1]
+    if (checkout / "Makefile").is_file() and (checkout / "pyproject.toml").is_file():
+        return CHECKOUT_INSTALL.get(extra, "make setup")
+    return f'pip install "keras-course-recipes[{extra}]"'
+
+
 def disk_full(error):
     """Whether `error` (or what it was raised from) is a full disk: an OSError's
     ENOSPC, or TensorFlow's ResourceExhaustedError from a file it writes (the
@@ -57,19 +73,18 @@ def disk_full(error):
     return False
 
 
-# ## A Ctrl-C or SIGTERM at any moment, from the first import on
+# ## A Ctrl-C or SIGTERM at any moment of a program's start-up
 
-_pending = None  # the interrupt that came, until a run reports it: Python may drop it
+_pending = None  # an interrupt Python dropped, until a run raises it (`raise_pending`)
 
 
 def latch(number, frame):
-    """Ctrl-C's and SIGTERM's handler until a run's own takes over (`Run._start`):
-    remembered, then raised. Python drops an exception raised in a garbage
-    collector's callback (TensorFlow's run while it loads), so a run checks
-    `raise_pending` before it trains, and after every batch."""
-    global _pending
-    _pending = Terminated() if number == signal.SIGTERM else KeyboardInterrupt()
-    raise _pending
+    """Ctrl-C's and SIGTERM's handler from `install_interrupt_hooks` until a run's
+    own takes over (`Run._start`): the interrupt, raised. Python drops one raised
+    in a garbage collector's callback (TensorFlow's run while it loads):
+    `_on_unraisable` keeps that one for `raise_pending`, which a run checks
+    before it trains and after every batch. One the user's code caught is theirs."""
+    raise Terminated() if number == signal.SIGTERM else KeyboardInterrupt()
 
 
 def raise_pending():
@@ -106,21 +121,34 @@ def _on_unraisable(unraisable):
     # A dropped Ctrl-C is remembered (`raise_pending`), not printed; nor what an
     # interrupt left half-built and fails as it is collected (TensorFlow's graph
     # of a function it was tracing), once the interrupt was reported.
+    global _pending
     error = unraisable.exc_value
     while error is not None and not isinstance(error, KeyboardInterrupt):
         error = error.__context__
-    if error is not None or reported_interrupt:
+    if error is not None:
+        _pending = error
+        return
+    if reported_interrupt:
         return
     sys.__unraisablehook__(unraisable)
+
+
+_replaced = {}  # what `install_interrupt_hooks` replaced, for `restore_interrupt_hooks`
 
 
 def install_interrupt_hooks():
     """Installs `latch` for Ctrl-C and SIGTERM, and the hooks that keep an
     interrupt to one line, in a program's main thread; not inside a notebook's
-    kernel, nor over handlers that are not Python's defaults."""
-    if ("ipykernel" in sys.modules or threading.current_thread() is not threading.main_thread()
+    kernel, nor over handlers that are not Python's defaults. An entry point
+    calls it (the command line; a recipe file run as a program, through
+    `runs.start`), never an import; `restore_interrupt_hooks` undoes it."""
+    if (_replaced or "ipykernel" in sys.modules
+            or threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
         return
+    _replaced.update(signals={number: signal.getsignal(number)
+                              for number in (signal.SIGINT, signal.SIGTERM)},
+                     excepthook=sys.excepthook, unraisablehook=sys.unraisablehook)
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, latch)
     if sys.excepthook is sys.__excepthook__:
@@ -129,6 +157,15 @@ def install_interrupt_hooks():
         sys.unraisablehook = _on_unraisable
 
 
-install_interrupt_hooks()  # a recipe imports this module before Keras: from its first second
-
-
+def restore_interrupt_hooks():
+    """Puts back what `install_interrupt_hooks` replaced, where it is still ours."""
+    if not _replaced or threading.current_thread() is not threading.main_thread():
+        return
+    for number, handler in _replaced["signals"].items():
+        if signal.getsignal(number) is latch:
+            signal.signal(number, handler)
+    if sys.excepthook is _interrupt_hook:
+        sys.excepthook = _replaced["excepthook"]
+    if sys.unraisablehook is _on_unraisable:
+        sys.unraisablehook = _replaced["unraisablehook"]
+    _replaced.clear()

@@ -33,8 +33,8 @@ repository, README), and it runs on its own, checking each
 # ## Setup
 # The kit this recipe runs on, the keras-course-recipes package: its run
 # directory, checks, lock and resume, the data pipeline, the model's builder
-# and the Timing callback. `recipes` first: from its import on, a Ctrl-C at
-# any moment stops the run with one line.
+# and the Timing callback. `runs.start` before Keras loads: run as a program,
+# a Ctrl-C at any moment from there on stops it with one line.
 import contextlib
 import io
 import json
@@ -42,10 +42,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 try:
-    from recipes import data, runs
+    from recipes import runs
+    runs.start(__name__)  # as a program: Ctrl-C, and a missing backend, are one line
+    from recipes import data
     from callbacks.timing import Timing
     from models.rnn import row_lstm
-except ImportError as missing:  # the kit is not installed where this Python runs
+except ImportError as missing:  # the kit, or a file of it, is not where this Python runs
     raise SystemExit(f"error: {missing}: this recipe runs on its kit, the keras-course-recipes "
                      "package: pip install it where this Python runs (its README says "
                      "how).") from None

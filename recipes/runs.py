@@ -13,6 +13,8 @@ Keras is imported only when training starts: the repository checks a config
 before Keras starts, to choose its backend.
 """
 
+import atexit
+import gc
 import importlib.util
 import inspect
 import json
@@ -31,6 +33,56 @@ from recipes.settings import DEFAULTS, data_defaults, parse_override, resolve, r
 
 
 # ## A copied recipe's command line, and a notebook cell's
+
+# The backends a recipe trains on: Keras has others (numpy, openvino) that cannot train.
+KERAS_BACKENDS = ("tensorflow", "jax", "torch")
+
+
+def start(name):
+    """A recipe file's first call, with its `__name__`, before `import keras`. Run as
+    a program (`python NAME.py`), from here on a Ctrl-C or SIGTERM stops it with one
+    line, a KERAS_BACKEND no recipe trains on is refused in one, and the collector
+    skips what Keras loaded at exit; `main` puts the handlers back as it returns.
+    Imported (by the command line, a test, a notebook), it changes nothing."""
+    in_kernel = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)() is not None
+    if name != "__main__" or in_kernel:
+        return
+    if "keras" not in sys.modules:
+        problem = backend_problem(os.environ.get("KERAS_BACKEND"), Path(sys.argv[0]).name)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            sys.exit(2)
+    errors.install_interrupt_hooks()
+    freeze_at_exit()
+
+
+def backend_problem(asked, script):
+    """Why Keras cannot start on backend `asked` (KERAS_BACKEND; None: Keras' default,
+    tensorflow) for `python script`, in one line, or None."""
+    if asked and asked not in KERAS_BACKENDS:
+        return (f"KERAS_BACKEND={asked} is not a backend a recipe trains on: use "
+                f"{', '.join(KERAS_BACKENDS)} (unset, Keras uses tensorflow).")
+    backend = asked or "tensorflow"
+    if importlib.util.find_spec(backend) is not None:
+        return None
+    named = f"KERAS_BACKEND={backend}" if asked else "tensorflow, Keras' default backend,"
+    others = [other for other in KERAS_BACKENDS
+              if other != backend and importlib.util.find_spec(other) is not None]
+    return (f"{named} is not installed here: {errors.install_advice(backend)}"
+            + (f", or run KERAS_BACKEND={others[0]} python {script}" if others else "") + ".")
+
+
+def freeze_at_exit():
+    """TensorFlow and Keras load about 400,000 objects that live as long as the
+    process, and Python's last full garbage collection, at exit, walks them all
+    (about 1 s on 2 cores): frozen, they are left out of it (registered before
+    Keras loads, the freeze runs after its exit handlers). Raising the
+    collector's thresholds would save about 0.7 s of their import too, but a
+    Ctrl-C while TensorFlow loaded then crashed the process (SIGSEGV) in 2 of 15
+    tries. For a process of the kit's own: the command line, a recipe file."""
+    atexit.unregister(gc.freeze)  # once
+    atexit.register(gc.freeze)
+
 
 def main(name, config, run, schema=None):
     """Trains recipe `name` as `python NAME.py key=value ...`, `%run NAME.py
@@ -76,6 +128,8 @@ def main(name, config, run, schema=None):
         note_reported(error)
         if not in_kernel:
             sys.exit(status)
+    finally:
+        errors.restore_interrupt_hooks()  # `start`'s, once the run is over
 
 
 def _without_backend(config, overrides, started, script):

@@ -233,3 +233,17 @@ def test_a_ctrl_c_while_keras_loads_is_one_line(how, tmp_path, fresh_pythons):
     assert process.returncode in (130, -signal.SIGINT) and "Traceback" not in err, err[-3000:]
     assert err.strip().splitlines()[-1].startswith("interrupted"), err[-3000:]
     assert "test:" not in out
+
+
+def test_a_ctrl_c_the_users_code_handled_before_the_run_is_not_replayed(tiny_config, monkeypatch):
+    """The latch once remembered every Ctrl-C, and a run stopped before its first
+    epoch, exit 130, for one that the student's own code had caught and handled."""
+    monkeypatch.setattr(errors, "_pending", None)
+    try:
+        errors.latch(signal.SIGINT, None)
+    except KeyboardInterrupt:
+        pass  # the user's code, handling it
+    trained = []
+    with runs.Run.open(tiny_config("mnist_mlp")) as run:
+        run.train(lambda *args, **kwargs: trained.append(True))
+    assert trained == [True]
