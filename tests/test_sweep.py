@@ -122,6 +122,8 @@ def test_one_at_a_time_varies_each_key_alone_from_the_recipe_settings(tmp_path):
     (["train.lr=[]"], "--grid expects key=\\[value,...\\]"),
     (["train.lr=[0.1]", "train.lr=[0.2]"], "A key appears in more than one --grid"),
     (["train.lrate=[0.1]"], "Unknown config key 'train.lrate'"),
+    # one run directory twice: the second would report the first's run again
+    (["train.lr=[0.001,0.01,0.001]"], "--grid gives train.lr=0.001 more than once"),
 ])
 def test_bad_grids_fail_before_training(grid, message, tmp_path):
     with pytest.raises(UserError, match=message):

@@ -52,6 +52,13 @@ def parse_grid(item, option="--grid"):
     if not key or not isinstance(values, list) or not values:
         raise UserError(f"{option} expects key=[value,...], e.g. "
                         f"\"train.lr=[0.05,0.1]\"; got '{item}'.")
+    # A value given twice would name one run directory twice: its second
+    # combination would find the first's results and report them again.
+    texts = [_text(value) for value in values]
+    for number, text in enumerate(texts):
+        if text in texts[:number]:
+            raise UserError(f"{option} gives {key.strip()}={text} more than once; "
+                            "give each value once.")
     return key.strip(), values
 
 
