@@ -131,6 +131,14 @@ def test_bad_grids_fail_before_training(grid, message, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_an_unwritable_sweep_folder_is_refused_naming_dir(tmp_path):
+    (tmp_path / "a file").write_text("")
+    with pytest.raises(UserError, match="Give a folder you can write to with --dir DIR") as error:
+        _sweep.sweep("mnist_mlp", ["train.lr=[0.001]"], overrides=TINY,
+                     sweep_dir=tmp_path / "a file" / "sweep")
+    assert "run.dir" not in str(error.value)  # sweep sets each run's run.dir itself
+
+
 @pytest.mark.slow
 def test_cli_sweep_error_exits_2_without_a_traceback():
     result = subprocess.run(

@@ -28,6 +28,7 @@ import itertools
 import json
 import re
 import statistics
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -93,6 +94,13 @@ def sweep(name, grid_items, config_files=(), overrides=(), sweep_dir=None, one_a
                  f"run.dir={run_dir}"]
         config = _config.resolve(name, config_files, items, announce=lambda line: None)
         combinations.append((settings, run_dir, config))
+    # Before training: else the first run fails, advising run.dir, which sweep sets itself.
+    try:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=sweep_dir).close()  # writable, not only there
+    except OSError as error:
+        raise UserError(f"Cannot write the sweep's folder {sweep_dir}: {error.strerror}. "
+                        "Give a folder you can write to with --dir DIR.") from None
     print(f"sweep of {name}: {len(combinations)} combinations in {sweep_dir}", flush=True)
     others = [key for key in keys if key != SEED]
     by_seed = SEED in keys and not one_at_a_time  # one-at-a-time rows vary one key each
