@@ -197,7 +197,8 @@ def test_the_epoch_function_trains_as_the_steps_do_in_one_call():
     assert int(whole.optimizer.iterations) == 4
 
 
-@pytest.mark.parametrize("text, message", [("fast,graph", "Unknown mode(s) fast"), ("", "(none)")])
+@pytest.mark.parametrize("text, message", [("fast,graph", "Unknown mode(s) fast"), ("", "(none)"),
+                                           ("eager,graph,eager", "modes= names eager twice")])
 def test_bad_modes_are_user_errors(text, message):
     with pytest.raises(UserError, match=message.replace("(", "\\(").replace(")", "\\)")):
         _compare.parse_modes(text)

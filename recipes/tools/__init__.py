@@ -44,12 +44,16 @@ def parse_count(option, text, minimum):
 
 def parse_choices(option, text, known, what):
     """`option=text`, a comma-separated list of names, each one of `known`, as
-    a list; a UserError naming `what` is unknown."""
+    a list, each once; a UserError names an unknown or repeated one."""
     chosen = [item.strip() for item in text.split(",") if item.strip()]
     unknown = [item for item in chosen if item not in known]
     if unknown or not chosen:
         raise UserError(f"Unknown {what}(s) {', '.join(unknown) or '(none)'} in {option}=; "
                         f"known: {','.join(known)}.")
+    # Results are kept by name: a repeat would be measured again, and one row lost.
+    repeated = next((item for number, item in enumerate(chosen) if item in chosen[:number]), None)
+    if repeated is not None:
+        raise UserError(f"{option}= names {repeated} twice; name each {what} once.")
     return chosen
 
 
