@@ -204,6 +204,15 @@ def test_bad_modes_are_user_errors(text, message):
         _compare.parse_modes(text)
 
 
+def test_an_unwritable_results_folder_is_one_line_before_measuring(tmp_path, monkeypatch):
+    (tmp_path / "a file").write_text("")
+    monkeypatch.setattr(_compare, "measure_mode", lambda *args: pytest.fail("measured"))
+    # where runs/ cannot be made: compare's default folder, from a read-only folder
+    monkeypatch.setattr(_compare, "RUNS_DIR", tmp_path / "a file" / "runs")
+    with pytest.raises(UserError, match="run it from a folder you can write to"):
+        _compare.compare("mnist_mlp", ["eager"], steps=2, overrides=TINY_MLP)
+
+
 @pytest.mark.parametrize("option, text, minimum", [("steps", "1", 2), ("repeats", "0", 1),
                                                    ("repeats", "two", 1)])
 def test_bad_counts_are_user_errors(option, text, minimum):

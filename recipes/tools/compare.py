@@ -29,6 +29,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import recipes
@@ -86,7 +87,13 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
     if out_dir is None:
         out_dir = rundir.timestamped(RUNS_DIR / "compare" / name)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:  # before measuring: each mode's process writes here, then the table and plot
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out_dir).close()  # writable, not only there
+    except OSError as error:
+        raise UserError(f"Cannot write compare's results in {out_dir}: {error.strerror}. It "
+                        f"writes them under {RUNS_DIR}/ in the current folder: run it from a "
+                        "folder you can write to.") from None
     print(f"comparing {', '.join(modes)} on {name}, {steps} steady steps each, "
           f"one process per mode{f', {repeats} times in turns' if repeats > 1 else ''}; "
           f"results in {out_dir}", flush=True)
