@@ -122,10 +122,15 @@ def main(argv=None):
     config = _config.resolve(args.name, args.config_files, arguments["overrides"],
                              announce=lambda line: None)
     backend = config["execution"]["backend"]
-    if command.tensorflow_only and backend != "tensorflow":
-        raise UserError(f"{command.name} does not take execution.backend={backend}: "
-                        f"{command.tensorflow_only}.")
-    _environment.request_backend(config)
+    # KERAS_BACKEND sets the backend unless the command line's execution.backend= does.
+    from_environment = bool(os.environ.get("KERAS_BACKEND")) and not any(
+        item.partition("=")[0].strip() == "execution.backend" for item in arguments["overrides"])
+    if not (from_environment and command.names_backends):  # else each part's process sets its own
+        if command.tensorflow_only and backend != "tensorflow":
+            setting = "KERAS_BACKEND" if from_environment else "execution.backend"
+            raise UserError(f"{command.name} does not take {setting}={backend}: "
+                            f"{command.tensorflow_only}.")
+        _environment.request_backend(config)
     _environment.request_onednn(config)
     command.run(**arguments, **options)
     return 0

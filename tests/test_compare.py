@@ -12,6 +12,7 @@ import callbacks.timing as timing_module
 from conftest import MEASURE_IN_A_PROCESS, measure_tensorflow_modes_here
 import recipes
 from recipes import UserError, _environment
+from recipes.__main__ import main
 from recipes.tools import compare as _compare
 from recipes.tools import loops as _loops
 from recipes.tools import measure as _measure
@@ -202,6 +203,30 @@ def test_the_epoch_function_trains_as_the_steps_do_in_one_call():
 def test_bad_modes_are_user_errors(text, message):
     with pytest.raises(UserError, match=message.replace("(", "\\(").replace(")", "\\)")):
         _compare.parse_modes(text)
+
+
+@pytest.mark.skipif(not _environment.installed("torch"), reason="torch is not installed")
+def test_keras_backend_in_the_environment_lets_compare_measure_the_modes_it_names(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_BACKEND", "torch")
+    monkeypatch.chdir(tmp_path)
+    measured = []
+
+    def measure_mode(name, mode, *job):
+        measured.append(mode)
+        raise UserError("measured")  # what compare asked for is all this test reads
+
+    monkeypatch.setattr(_compare, "measure_mode", measure_mode)
+    with pytest.raises(UserError, match="measured"):
+        main(["compare", "mnist_mlp", "modes=torch_eager,torch_compile", "steps=2", *TINY_MLP])
+    assert measured == ["torch_eager"]
+
+
+def test_a_tensorflow_tool_refuses_keras_backend_naming_it(monkeypatch):
+    monkeypatch.setenv("KERAS_BACKEND", "torch")
+    with pytest.raises(UserError, match="scaling does not take KERAS_BACKEND=torch: "
+                                        "it runs tf.distribute's MirroredStrategy"):
+        main(["scaling", "mnist_mlp"])
 
 
 def test_an_unwritable_results_folder_is_one_line_before_measuring(tmp_path, monkeypatch):

@@ -75,6 +75,9 @@ class Command:
             that does; None for one that runs on either backend.
         without_tensorflow: it works where TensorFlow is not installed
             (Keras on JAX alone); the others refuse there.
+        names_backends: its options name each part's backend (compare's modes),
+            and each part runs in a process given its own `KERAS_BACKEND`: the
+            environment's does not apply to it.
     """
 
     name: str
@@ -85,6 +88,7 @@ class Command:
     on_recipe: bool = True
     tensorflow_only: str | None = None
     without_tensorflow: bool = False
+    names_backends: bool = False
 
     def takes(self, key):
         """Whether `key=value` is one of this command's options."""

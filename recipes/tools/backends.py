@@ -173,5 +173,5 @@ COMMANDS = (
             (Option("variants", tuple(VARIANTS), parse_variants),
              count("steps", DEFAULT_STEPS, minimum=2), count("repeats", 1, minimum=1)),
             arguments=_arguments,
-            tensorflow_only="each variant names its backend"),
+            tensorflow_only="each variant names its backend", names_backends=True),
 )

@@ -78,9 +78,9 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
     # Random images unless asked otherwise: speed does not depend on pixels,
     # and the comparison then runs anywhere, offline.
     overrides = ["data.source=synthetic", *overrides]
-    _config.resolve(name, config_files, overrides, announce=lambda line: None)  # fail early
-    for backend in dict.fromkeys(BACKEND_MODES[mode][0] for mode in modes if mode in BACKEND_MODES):
-        # a backend not installed, or a recipe or setting it cannot run
+    # Fail early, on each mode's backend as its process will resolve it (not KERAS_BACKEND's):
+    # a typo, a backend not installed, or a recipe or setting it cannot run.
+    for backend in dict.fromkeys(BACKEND_MODES.get(mode, ("tensorflow",))[0] for mode in modes):
         _environment.require_backend(backend)
         _config.resolve(name, config_files, [*overrides, f"execution.backend={backend}"],
                         announce=lambda line: None)
@@ -264,12 +264,12 @@ COMMANDS = (
     Command("compare", "time the training step in each execution mode "
                        "(options modes=..., steps=N, repeats=N)",
             compare, (MODES_OPTION, STEPS_OPTION, REPEATS_OPTION),
-            tensorflow_only=PER_MODE_BACKEND),
+            tensorflow_only=PER_MODE_BACKEND, names_backends=True),
     Command("compare-sizes", "compare the modes at four or more model sizes "
                              "(options size=KEY=[...], modes=, steps=, repeats=)",
             _compare_sizes, (Option("size", None, lambda text: parse_grid(text, "size=")),
                              MODES_OPTION, STEPS_OPTION, REPEATS_OPTION),
-            tensorflow_only=PER_MODE_BACKEND),
+            tensorflow_only=PER_MODE_BACKEND, names_backends=True),
     Command("scaling", "images/s with no strategy and with execution.strategy=mirrored, and "
                        "the scaling efficiency (options steps=, repeats=)",
             scaling, (STEPS_OPTION, REPEATS_OPTION),
