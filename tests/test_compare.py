@@ -103,6 +103,29 @@ def test_speedups_are_ratios_of_median_step_times():
     assert without_eager[0]["speedup_vs_eager"] is None
 
 
+def test_each_modes_speedup_is_against_its_own_backends_eager_mode():
+    rows = [{"mode": mode, "step_ms_median": ms} for mode, ms in [
+        ("eager", 10.0), ("xla", 5.0), ("torch_eager", 30.0), ("torch_compile", 10.0),
+        ("jax_jit", 1.0)]]
+    _compare.add_speedups(rows)
+    # jax_eager was not measured: jax_jit has no speedup, not one against TensorFlow's eager
+    assert [row["speedup_vs_eager"] for row in rows] == [1.0, 2.0, 1.0, 3.0, None]
+
+
+def test_the_printed_table_says_what_each_rate_is_computed_from(tmp_path, monkeypatch, capsys):
+    def measure_mode(name, mode, *job):
+        # three steady steps of 10, 10 and 40 ms at a batch of 32: median 10 ms, mean 20 ms
+        return {"row": {"mode": mode, "trace_s": 0.1, "step_ms_median": 10.0,
+                        "step_ms_p10": 10.0, "step_ms_p90": 40.0, "images_per_s": 32 / 0.02},
+                "device": {"gpus": ["a GPU"]}, "versions": {}, "config": {}, "params": 1}
+
+    monkeypatch.setattr(_compare, "measure_mode", measure_mode)
+    _compare.compare("mnist_mlp", ["eager"], steps=2, overrides=TINY_MLP, out_dir=tmp_path)
+    out = capsys.readouterr().out
+    assert "images_per_s: the batch over the mean steady step, not the median" in out
+    assert "speedup_vs_eager: the median step of the same backend's eager mode" in out
+
+
 @pytest.mark.slow
 def test_a_rows_rates_follow_from_its_step_times_and_the_counted_flops(monkeypatch, tmp_path):
     """measure's row under a scripted clock: the first step traces for 2 s,

@@ -45,6 +45,9 @@ DEFAULT_MODES = ["eager", "graph", "xla", "graph_spe", "loop_eager", "loop_funct
 BACKEND_MODES = {"jax_eager": ("jax", "eager"), "jax_jit": ("jax", "xla"),
                  "torch_eager": ("torch", "eager"), "torch_compile": ("torch", "xla")}
 MODES = [*DEFAULT_MODES, "graph_ready", *BACKEND_MODES]
+# Each backend's op-by-op mode, which its modes' speedup_vs_eager is against.
+EAGER_MODES = {"tensorflow": "eager", **{backend: mode for mode, (backend, execution)
+                                         in BACKEND_MODES.items() if execution == "eager"}}
 DEFAULT_STEPS = 30
 WARMUP_STEPS = 3  # after the first (tracing) step, left out of the statistics
 SPE = 10  # steps per execution in graph_spe
@@ -52,6 +55,11 @@ COLUMNS = ["mode", "trace_s", "step_ms_median", "step_ms_p10", "step_ms_p90",
            "images_per_s", "speedup_vs_eager", "step_vs_loop_function", "input_wait_fraction",
            "peak_rss_mb", "peak_gpu_mb", "flops_per_step", "achieved_flops_per_s",
            "matmul_flops_per_s", "mfu"]
+# Printed under the table: two of its columns are not what their names alone say.
+NOTE = ("speedup_vs_eager: the median step of the same backend's eager mode (" +
+        ", ".join(EAGER_MODES.values()) + ") over this mode's; images_per_s: the batch over the "
+        "mean steady step, not the median, so a few slow steps lower it where step_ms_median "
+        "does not move.")
 # Model sizes for `compare-sizes`, per recipe module: the key and its values.
 SIZES = {
     "mnist_mlp": ("model.hidden_units", [[32, 32], [256, 256], [1024, 1024], [4096, 4096]]),
@@ -111,7 +119,8 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
     (out_dir / "table.md").write_text(table + "\n")
     plots.modes(rows, f"{name} on {device_label(context['device'])}", out_dir / "speedup.png")
     if not quiet:
-        print("\n" + table + f"\n\nresults: {out_dir}/results.json, table.md, speedup.png")
+        print("\n" + table + f"\n\n{NOTE}\nresults: {out_dir}/results.json, table.md, "
+              "speedup.png")
     return results
 
 
@@ -171,14 +180,16 @@ def median_run(measured_runs):
 
 
 def add_speedups(rows):
-    """Sets each row's `speedup_vs_eager` and `step_vs_loop_function` from
-    the median step times; None where that mode was not measured."""
+    """Sets each row's `speedup_vs_eager` (against its own backend's eager
+    mode: torch_compile's is against torch_eager) and `step_vs_loop_function`
+    from the median step times; None where that mode was not measured."""
 
     def median_of(mode):
         return next((row["step_ms_median"] for row in rows if row["mode"] == mode), None)
 
-    eager, loop = median_of("eager"), median_of("loop_function")
+    loop = median_of("loop_function")
     for row in rows:
+        eager = median_of(EAGER_MODES[BACKEND_MODES.get(row["mode"], ("tensorflow",))[0]])
         row["speedup_vs_eager"] = eager / row["step_ms_median"] if eager else None
         # The framework's overhead over the hand-written graph step; 1.0 is none.
         row["step_vs_loop_function"] = row["step_ms_median"] / loop if loop else None
@@ -243,7 +254,7 @@ def compare_sizes(name, size_key=None, size_values=None, modes=DEFAULT_MODES, st
     plots.sizes(rows, f"{name}: {size_key}, on {device_label(results['device'])}",
                  out_dir / "speedup_vs_params.png")
     print("\n" + markdown_table(columns, rows, number_cell))
-    print(f"\nresults: {out_dir}/results.csv, table.md, speedup_vs_params.png")
+    print(f"\n{NOTE}\nresults: {out_dir}/results.csv, table.md, speedup_vs_params.png")
     return rows
 
 

@@ -15,7 +15,8 @@ def _pyplot():
 
 
 def modes(rows, title, path):
-    """Bar chart: training images/s per mode, labelled with the speedup over eager."""
+    """Bar chart: training images/s per mode, labelled with the speedup over
+    its backend's eager mode."""
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(7, 3.5))
     bars = axis.bar([row["mode"] for row in rows], [row["images_per_s"] for row in rows])
@@ -43,7 +44,7 @@ def sizes(rows, title, path):
     axis.xaxis.set_minor_locator(plt.NullLocator())
     axis.axhline(1.0, color="gray", linewidth=0.8)
     axis.set_xlabel("parameters")
-    axis.set_ylabel("speedup over eager (step time)")
+    axis.set_ylabel("speedup over its backend's eager (step time)")
     axis.set_title(title, fontsize=9)
     if axis.get_lines()[:-1]:  # a line besides the 1.0 reference
         axis.legend(fontsize=8)
