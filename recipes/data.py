@@ -250,10 +250,12 @@ def held_out_count(total, validation_split, what):
 TFDS_HOST = ("storage.googleapis.com", 443)  # where tfds reads its prepared copies (try_gcs)
 
 
-def _tfds_splits(config):
+def _tfds_splits(config, offline=None):
     """(train, validation, test) tf.data datasets: the validation images are
     the last `data.validation_split` of tfds' train split, counted exactly
-    (tfds' percent slices round to whole percents); None for 0."""
+    (tfds' percent slices round to whole percents); None for 0. `offline`
+    says what to do where the dataset is missing and cannot be downloaded
+    (default: a run's options)."""
     if importlib.util.find_spec("tensorflow_datasets") is None:
         raise UserError("data.source=tfds needs tensorflow-datasets, not installed here: pip "
                         "install tensorflow-datasets (the kit's [tensorflow] extra has it), or "
@@ -269,10 +271,10 @@ def _tfds_splits(config):
         if not _reachable(*TFDS_HOST):
             raise UserError(
                 f"Dataset '{name}' is not in {where} and {TFDS_HOST[0]} cannot be reached, so "
-                "it cannot be downloaded. Either train on random data with data.source="
-                "synthetic, or on a connected machine run `python -c \"import "
+                "it cannot be downloaded. " + (offline or "Either train on random data with "
+                "data.source=synthetic, or on a connected machine run `python -c \"import "
                 f"tensorflow_datasets as tfds; tfds.load('{name}', try_gcs=True)\"`, copy its "
-                "~/tensorflow_datasets folder here and pass data.dir=PATH.") from None
+                "~/tensorflow_datasets folder here and pass data.dir=PATH.")) from None
         print(f"Downloading {name} into {where} ...")
         train, test = tfds.load(name, download=True, **arguments)
     if config["validation_split"] == 0:

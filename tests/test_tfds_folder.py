@@ -76,3 +76,16 @@ def test_without_tensorflow_datasets_it_is_one_line(tmp_path, monkeypatch):
                         lambda name, *args: None if name == "tensorflow_datasets" else real(name, *args))
     with pytest.raises(UserError, match="needs tensorflow-datasets, not installed here"):
         tfds_folder.export("cifar10", tmp_path)
+
+
+def test_without_the_dataset_or_a_network_it_advises_its_own_option(tmp_path, monkeypatch):
+    def not_prepared(*args, download, **kwargs):
+        assert not download  # tests never download
+        raise AssertionError("Dataset cifar10: could not find data in " + str(tmp_path))
+
+    monkeypatch.setattr(tfds, "load", not_prepared)
+    monkeypatch.setattr(rdata, "_reachable", lambda *args: False)
+    with pytest.raises(UserError, match="cannot be downloaded") as error:
+        tfds_folder.export("cifar10", tmp_path / "images", data_dir=tmp_path)
+    assert "pass --data-dir DIR" in str(error.value)
+    assert "data.source" not in str(error.value) and "data.dir" not in str(error.value)

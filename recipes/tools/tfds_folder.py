@@ -32,7 +32,11 @@ def export(dataset, folder, data_dir=None):
         raise UserError(f"{folder} holds train/ and test/ already: train on it with "
                         f"data.source=folder data.path={folder}, or give another folder.")
     # Refused in one line where tensorflow-datasets is missing or cannot download.
-    train, _, test = data._tfds_splits({"name": dataset, "dir": data_dir, "validation_split": 0})
+    # Nothing trains here: the advice is this command's, not a run's data.source= and data.dir=.
+    offline = (f"Run this command on a connected machine and copy {folder} here, or copy a "
+               "connected machine's ~/tensorflow_datasets folder here and pass --data-dir DIR.")
+    train, _, test = data._tfds_splits({"name": dataset, "dir": data_dir, "validation_split": 0},
+                                       offline)
     import tensorflow_datasets as tfds
 
     names = tfds.builder(dataset, data_dir=data_dir).info.features["label"].names
