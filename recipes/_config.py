@@ -213,6 +213,8 @@ def dump(config):
 
 def _read_yaml(path, module):
     """The mapping in `path`, less its `recipe:` key, which must name `module`."""
+    if path.is_dir():  # not "not found": the user can see it is there
+        raise UserError(f"{path} is a folder, not a YAML config file: give --config a file.")
     if not path.is_file():
         raise UserError(f"Config file not found: {path}")
     try:

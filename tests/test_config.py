@@ -82,6 +82,8 @@ def test_unknown_key_in_a_config_file_names_the_file(tmp_path):
 def test_missing_or_malformed_config_file(tmp_path):
     with pytest.raises(UserError, match="Config file not found"):
         resolve(files=[tmp_path / "missing.yaml"])
+    with pytest.raises(UserError, match=f"^{tmp_path} is a folder, not a YAML config file"):
+        resolve(files=[tmp_path])
     broken = tmp_path / "broken.yaml"
     broken.write_text("train: [unclosed\n")
     with pytest.raises(UserError, match="is not valid YAML") as error:
