@@ -5,6 +5,7 @@ recipe pasted into one cell trains with CONFIG's values, the kernel's own
 line there."""
 
 import ast
+import json
 
 import nbclient
 import nbformat
@@ -12,7 +13,7 @@ import pytest
 
 import recipes
 from conftest import ROOT
-from recipes import rundir
+from recipes import UserError, rundir
 from recipes.tools import notebooks
 
 from test_copy import copied
@@ -41,6 +42,34 @@ def test_a_notebook_holds_the_recipe_code_and_its_sections_as_text():
     assert headings[0].startswith("# MLP on MNIST")
     assert headings[1:] == ["## Setup", "## Configuration", "## The data and the compiled model",
                             "## Training and evaluation", "## Run it"]
+
+
+def test_make_notebooks_never_loses_an_edit(tmp_path, capsys):
+    notebooks.write(tmp_path)
+    edited, older = tmp_path / "mnist_mlp.ipynb", tmp_path / "cifar10_cnn.ipynb"
+    student = nbformat.reads(edited.read_text(), as_version=4)
+    student.cells.append(nbformat.v4.new_code_cell("print('my own experiment')"))
+    edited.write_text(nbformat.writes(student))
+    # What the command wrote from an earlier cifar10_cnn.py: its own, to replace
+    written = json.loads(older.read_text())
+    written["cells"][0]["source"] = ["# an earlier title\n"]
+    written["metadata"][notebooks.DIGEST] = notebooks._digest(written)
+    older.write_text(json.dumps(written))
+    capsys.readouterr()
+
+    notebooks.write(tmp_path)
+    assert (tmp_path / "mnist_mlp.ipynb.bak").read_text() == nbformat.writes(student)
+    assert f"{edited} is not the notebook this command wrote (edited or run?): kept as " \
+           f"{edited}.bak" in capsys.readouterr().out
+    assert [path.name for path in tmp_path.glob("*.bak")] == ["mnist_mlp.ipynb.bak"]
+    for module in recipes.MODULES:
+        assert (tmp_path / f"{module}.ipynb").read_text() == notebooks.text(module)
+
+    # A second edit, where the first's backup is: refused, and nothing is written.
+    edited.write_text(nbformat.writes(student))
+    with pytest.raises(UserError, match="mnist_mlp.ipynb.bak holds an earlier one"):
+        notebooks.write(tmp_path)
+    assert edited.read_text() == nbformat.writes(student)
 
 
 def execute(cells, folder, kernel="python3"):

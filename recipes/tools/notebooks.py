@@ -9,18 +9,25 @@ where the kernel lacks it, or says in one line what to install. Its last cell
 trains with CONFIG's values, as the file does when pasted into one cell.
 Written as nbformat 4's JSON with fixed cell ids (nbformat's own writer
 draws new ones each time), so that the same source gives the same file.
+
+A notebook is overwritten only where it is still what this command wrote
+(its metadata's digest says so); one a student edited, ran or saved is kept
+as `<name>.ipynb.bak`, with a line saying so.
 """
 
 import ast
+import hashlib
 import json
 import re
 from pathlib import Path
 
 import recipes
+from recipes import UserError
 from recipes.tools import Command
 
 NOTEBOOKS_DIR = recipes.PACKAGE_DIR.parent / "notebooks"
 SECTION = re.compile(r"^# ## (.+)$")
+DIGEST = "recipes_written_sha256"  # a notebook's metadata key: the digest of the rest
 
 
 def notebook(module):
@@ -46,9 +53,27 @@ def notebook(module):
         section, lines = match.group(1), []
     for index, cell in enumerate(cells):
         cell["id"] = f"{module}-{index}"  # fixed ids: the same source gives the same file
-    return {"cells": cells, "metadata": {
+    written = {"cells": cells, "metadata": {
         "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
         "language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+    written["metadata"][DIGEST] = _digest(written)
+    return written
+
+
+def _digest(notebook):
+    """The sha256 of `notebook` less its own digest: any change but the order of keys shows."""
+    rest = {**notebook, "metadata": {key: value for key, value in notebook["metadata"].items()
+                                     if key != DIGEST}}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()
+
+
+def _as_written(path):
+    """Whether the notebook at `path` is still what `write` wrote there."""
+    try:
+        found = json.loads(path.read_text())
+        return found["metadata"][DIGEST] == _digest(found)
+    except (ValueError, TypeError, KeyError):  # not JSON, or not a notebook this command wrote
+        return False
 
 
 # The notebook's first code cell. pip needs a source: no package index holds the kit, so the cell
@@ -86,12 +111,25 @@ def text(module):
 
 
 def write(out_dir=NOTEBOOKS_DIR):
-    """Writes every recipe module's notebook into `out_dir`."""
+    """Writes every recipe module's notebook into `out_dir`, keeping an edited
+    one as `<name>.ipynb.bak`; refused, writing nothing, where that is taken."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for module in recipes.MODULES:
-        (out_dir / f"{module}.ipynb").write_text(text(module))
-        print(f"wrote {out_dir / module}.ipynb", flush=True)
+    paths = {module: out_dir / f"{module}.ipynb" for module in recipes.MODULES}
+    edited = [path for path in paths.values() if path.exists() and not _as_written(path)]
+    for path in edited:  # all checked before any is written: a refusal changes nothing
+        backup = path.with_name(f"{path.name}.bak")
+        if backup.exists():
+            raise UserError(f"{path} is not the notebook this command wrote (edited or run?), "
+                            f"and {backup} holds an earlier one: move either away, then run "
+                            "it again.")
+    for module, path in paths.items():
+        if path in edited:
+            backup = path.replace(path.with_name(f"{path.name}.bak"))
+            print(f"{path} is not the notebook this command wrote (edited or run?): kept as "
+                  f"{backup}", flush=True)
+        path.write_text(text(module))
+        print(f"wrote {path}", flush=True)
 
 
 COMMANDS = (
