@@ -15,7 +15,7 @@ import sys
 
 import recipes
 from recipes import _config, _environment, errors, runs
-from recipes.runs import UserError
+from recipes.errors import UserError
 from recipes.tools import Command
 
 
@@ -98,9 +98,14 @@ def main(argv=None):
     arguments = dict(vars(args))
     command = found[arguments.pop("command")]
     if not (command.without_tensorflow or _environment.has_tensorflow()):
-        raise UserError(f"{command.name} needs TensorFlow, which is not installed here; "
-                        "without it, `run NAME execution.backend=jax` (or torch) trains the "
-                        "recipes that run on JAX and PyTorch (docs/backends.md).")
+        raise UserError(f"{command.name} needs TensorFlow, which is not installed here: "
+                        f"{errors.install_advice('tensorflow')}"
+                        + ("; without it, `recipes run NAME execution.backend=jax` trains the "
+                           "recipes that run on JAX" if _environment.installed("jax") else "")
+                        + ".")
+    if command.draws and not _environment.installed("matplotlib"):
+        raise UserError(f"{command.name} draws its PNGs with matplotlib, which is not installed "
+                        f"here: {errors.install_advice('plot')}.")
     if extra and (not command.on_recipe or any(item.startswith("-") for item in extra)):
         cli.error(f"unrecognized arguments: {' '.join(extra)}")
     if not command.on_recipe:

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from recipes import CONFIGS_DIR, PACKAGE_DIR, module_of, settings
-from recipes.runs import UserError
+from recipes.errors import UserError
 
 # The keys of `python -m recipes run`, on top of what a copied recipe takes (settings.DEFAULTS).
 DEFAULTS = {

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from recipes import UserError, __version__
+from recipes.errors import install_advice
 
 # CPU features that decide TensorFlow's kernels: with AVX-512 VNNI, BF16 or
 # AMX it runs oneDNN's (_Mkl*) instead of Eigen's.
@@ -63,10 +64,8 @@ def request_backend(config):
 def require_backend(backend):
     """Refuses, in one line, a Keras backend whose package is not installed here."""
     if not installed(backend):
-        how = ("pip install -r requirements-torch.txt (PyTorch's CPU build)" if backend == "torch"
-               else "run make setup (requirements.txt installs requirements-jax.txt too)")
         raise UserError(f"execution.backend={backend} needs {backend}, which is not installed "
-                        f"in this environment: {how}.")
+                        f"in this environment: {install_advice(backend)}.")
 
 
 def installed(package):

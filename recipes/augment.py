@@ -28,7 +28,7 @@ import numpy as np
 from keras import ops
 
 from recipes import _environment, data
-from recipes.runs import UserError
+from recipes.errors import UserError, install_advice
 
 # The data section's keys for a recipe that augments (read as a literal by recipes/runs.py).
 DEFAULTS = {
@@ -55,8 +55,9 @@ def _layers(engine):
                         "TensorFlow code), not installed here: set data.augment_engine=keras, "
                         "Keras core's layers.")
     if importlib.util.find_spec("keras_cv") is None:
-        raise UserError("data.augment_engine=keras_cv needs keras-cv, not installed here: pip "
-                        "install keras-cv, or set data.augment_engine=keras, Keras core's layers.")
+        raise UserError(f"data.augment_engine=keras_cv needs keras-cv, not installed here: "
+                        f"{install_advice('tensorflow')}, or set data.augment_engine=keras, Keras "
+                        "core's layers.")
     import keras_cv
 
     return keras_cv.layers
@@ -331,7 +332,8 @@ def resolve_engine(engine, backend):
         return "keras"
     if importlib.util.find_spec("keras_cv") is None:
         print("note: keras-cv is not installed: augmentation runs on Keras core's layers "
-              "(data.augment_engine=keras); pip install keras-cv for keras-cv's.", flush=True)
+              f"(data.augment_engine=keras); {install_advice('tensorflow')} brings keras-cv's.",
+              flush=True)
         return "keras"
     return "keras_cv"
 

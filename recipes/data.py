@@ -32,7 +32,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from recipes.runs import UserError
+from recipes.errors import UserError
 
 HAS_TENSORFLOW = importlib.util.find_spec("tensorflow") is not None
 

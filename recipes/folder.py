@@ -22,7 +22,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from recipes.runs import UserError
+from recipes.errors import UserError
 
 HAS_TENSORFLOW = importlib.util.find_spec("tensorflow") is not None
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg"}

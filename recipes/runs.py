@@ -255,7 +255,7 @@ class Run:
         if not has_tensorboard():
             missing = "TensorFlow" if importlib.util.find_spec("tensorflow") is None else "tensorboard"
             print(f"note: no TensorBoard logs: Keras' TensorBoard callback writes through "
-                  f"tf.summary, and {missing} is not installed here (pip install {missing.lower()}"
+                  f"tf.summary, and {missing} is not installed here ({errors.install_advice('tensorflow')}"
                   "); history.csv has every epoch's numbers.", flush=True)
         try:
             raise_pending()

@@ -182,7 +182,7 @@ def kit_source(folder):
     checkout (pytest's two processes) would collide."""
     import shutil
 
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ROOT / name, folder / name)
     for name in ("recipes", "models", "callbacks", "configs"):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from recipes import __main__ as cli
-from recipes.runs import UserError
+from recipes.errors import UserError
 from recipes.tools import anchor
 
 # What airbench94_muon.py holds around each patch, and nothing else of it.

@@ -52,5 +52,6 @@ def test_without_keras_cv_auto_takes_keras_core_s_layers_and_says_so(monkeypatch
     assert "note: keras-cv is not installed: augmentation runs on Keras core's layers" in (
         capsys.readouterr().out)
     with pytest.raises(UserError, match="data.augment_engine=keras_cv needs keras-cv, not "
-                                        "installed here: pip install keras-cv"):
+                                        "installed here: make setup, or set "
+                                        "data.augment_engine=keras"):
         augment._layers("keras_cv")

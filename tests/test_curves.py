@@ -7,7 +7,7 @@ import pytest
 import numpy as np
 
 from recipes import rundir
-from recipes.runs import UserError
+from recipes.errors import UserError
 from recipes.tools import curves as _curves
 
 

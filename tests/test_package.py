@@ -117,3 +117,53 @@ def test_without_fcntl_a_second_process_is_still_refused(tmp_path, monkeypatch):
         rundir.lock_run_dir(tmp_path)
     first.release()
     assert not (tmp_path / ".lock").exists()
+
+
+def test_a_missing_part_is_advised_as_this_install_brings_it(tmp_path, monkeypatch):
+    """A checkout's make setup installs the pinned stack; elsewhere, the extra."""
+    from recipes import errors
+
+    assert errors.install_advice("plot") == "make setup"
+    assert "requirements-torch.txt" in errors.install_advice("torch")
+    monkeypatch.setattr(errors, "__file__", str(tmp_path / "site-packages" / "recipes" / "errors.py"))
+    assert errors.install_advice("plot") == 'pip install "keras-course-recipes[plot]"'
+
+
+# Each missing part, blocked in the wheel's environment (`sys.modules[name] = None`:
+# import fails, find_spec finds nothing), and the line the installed kit gives.
+MISSING = [
+    (["tensorflow", "matplotlib"], ["-m", "recipes", "compare", "mnist_mlp"],
+     'error: compare needs TensorFlow, which is not installed here: pip install '
+     '"keras-course-recipes[tensorflow]"; without it, `recipes run NAME execution.backend=jax` '
+     'trains the recipes that run on JAX.'),
+    (["matplotlib"], ["-m", "recipes", "curves", "runs"],
+     'error: curves draws its PNGs with matplotlib, which is not installed here: pip install '
+     '"keras-course-recipes[plot]".'),
+    (["torch"], ["-m", "recipes", "run", "mnist_mlp", "execution.backend=torch"],
+     'error: execution.backend=torch needs torch, which is not installed in this environment: '
+     'pip install "keras-course-recipes[torch]".'),
+    (["tensorflow"], ["mnist_mlp.py"],
+     'error: tensorflow, Keras\' default backend, is not installed here: pip install '
+     '"keras-course-recipes[tensorflow]", or run KERAS_BACKEND=jax python mnist_mlp.py.'),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("blocked, argv, line", MISSING, ids=lambda item: str(item)[:40])
+def test_the_installed_kit_names_the_extra_that_brings_a_missing_part(blocked, argv, line,
+                                                                     tmp_path, fresh_pythons):
+    import shutil
+
+    shutil.copyfile(ROOT / "recipes" / "mnist_mlp.py", tmp_path / "mnist_mlp.py")
+    script = (f"import runpy, sys; sys.modules.update(dict.fromkeys({blocked!r})); "
+              f"sys.argv = {argv!r}; "
+              + ("runpy.run_module('recipes', run_name='__main__')" if argv[0] == "-m" else
+                 f"runpy.run_path({argv[0]!r}, run_name='__main__')"))
+    if argv[0] == "-m":
+        script = script.replace(f"sys.argv = {argv!r}", f"sys.argv = {['recipes', *argv[2:]]!r}")
+    result = subprocess.run([str(fresh_pythons.kit), "-c", script], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300,
+                            env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == line, \
+        result.stderr[-3000:]
+    assert "Traceback" not in result.stderr

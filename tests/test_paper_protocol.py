@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from recipes import _config
-from recipes.runs import UserError
+from recipes.errors import UserError
 from recipes import augment as raugment
 
 

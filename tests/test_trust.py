@@ -21,7 +21,7 @@ from PIL import Image
 
 from conftest import ROOT, TINY
 from recipes import __main__ as cli
-from recipes.runs import UserError
+from recipes.errors import UserError
 from recipes import data as rdata
 from recipes import folder as rfolder
 from recipes import harness, runs

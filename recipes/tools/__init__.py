@@ -78,6 +78,8 @@ class Command:
         names_backends: its options name each part's backend (compare's modes),
             and each part runs in a process given its own `KERAS_BACKEND`: the
             environment's does not apply to it.
+        draws: it writes PNGs with matplotlib (the `plot` extra): refused without it,
+            before anything runs.
     """
 
     name: str
@@ -89,6 +91,7 @@ class Command:
     tensorflow_only: str | None = None
     without_tensorflow: bool = False
     names_backends: bool = False
+    draws: bool = False
 
     def takes(self, key):
         """Whether `key=value` is one of this command's options."""

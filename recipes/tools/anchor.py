@@ -32,7 +32,7 @@ from pathlib import Path
 
 import recipes
 from recipes import RUNS_DIR, _config, rundir, settings
-from recipes.runs import UserError
+from recipes.errors import UserError
 from recipes.tools import Command, count
 from recipes.tools.tables import markdown_table
 

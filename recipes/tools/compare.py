@@ -275,12 +275,12 @@ COMMANDS = (
     Command("compare", "time the training step in each execution mode "
                        "(options modes=..., steps=N, repeats=N)",
             compare, (MODES_OPTION, STEPS_OPTION, REPEATS_OPTION),
-            tensorflow_only=PER_MODE_BACKEND, names_backends=True),
+            tensorflow_only=PER_MODE_BACKEND, names_backends=True, draws=True),
     Command("compare-sizes", "compare the modes at four or more model sizes "
                              "(options size=KEY=[...], modes=, steps=, repeats=)",
             _compare_sizes, (Option("size", None, lambda text: parse_grid(text, "size=")),
                              MODES_OPTION, STEPS_OPTION, REPEATS_OPTION),
-            tensorflow_only=PER_MODE_BACKEND, names_backends=True),
+            tensorflow_only=PER_MODE_BACKEND, names_backends=True, draws=True),
     Command("scaling", "images/s with no strategy and with execution.strategy=mirrored, and "
                        "the scaling efficiency (options steps=, repeats=)",
             scaling, (STEPS_OPTION, REPEATS_OPTION),

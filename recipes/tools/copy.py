@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import recipes
-from recipes.runs import UserError
+from recipes.errors import UserError
 from recipes.tools import Command
 
 ROOT = recipes.PACKAGE_DIR.parent

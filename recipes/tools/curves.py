@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 from recipes import rundir
-from recipes.runs import UserError
+from recipes.errors import UserError
 from recipes.tools import Command, plots
 
 # cifar10-airbench's table: minutes to each of these validation accuracies.
@@ -107,5 +107,5 @@ def _fractions(text):
 
 COMMANDS = (
     Command("curves", "plot validation accuracy against training time for one or more runs",
-            curves, arguments=add_arguments, on_recipe=False, without_tensorflow=True),
+            curves, arguments=add_arguments, on_recipe=False, without_tensorflow=True, draws=True),
 )

@@ -171,7 +171,7 @@ COMMANDS = (
                       "variant (options backprop=, steps=)",
             _measure_all, (Option("backprop", BACKPROPS, parse_backprops),
                            count("steps", DEFAULT_STEPS, minimum=1)),
-            tensorflow_only="it measures RevNet's tf.custom_gradient"),
+            tensorflow_only="it measures RevNet's tf.custom_gradient", draws=True),
 )
 
 

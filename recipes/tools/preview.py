@@ -36,5 +36,6 @@ def preview(name, config_files=(), overrides=(), count=8):
 
 
 COMMANDS = (
-    Command("preview", "write a PNG of training images before and after data.augment", preview),
+    Command("preview", "write a PNG of training images before and after data.augment", preview,
+            draws=True),
 )

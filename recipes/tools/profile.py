@@ -13,6 +13,7 @@ from pathlib import Path
 
 import recipes
 from recipes import RUNS_DIR, UserError, _config, harness, rundir, runs
+from recipes.errors import install_advice
 from recipes.tools import Command, tables
 
 WARMUP_STEPS, PROFILED_STEPS = 5, 3
@@ -78,7 +79,7 @@ def profile(name, config_files=(), overrides=()):
     traces = sorted((out_dir / "tensorboard" / "train" / "plugins" / "profile").glob("*/*.xplane.pb"))
     if not traces:
         raise UserError(f"The profiler wrote no trace under {out_dir}: is tensorboard-plugin-profile "
-                        "installed (make setup)?")
+                        f"installed ({install_advice('profile')})?")
     rows = by_kind(op_times(traces[-1]))
     columns = ["kind of work", "ms per step", "share"]
     table = tables.markdown_table(columns, [
