@@ -51,11 +51,17 @@ CHECKOUT_INSTALL = {"torch": "pip install -r requirements-torch.txt -c constrain
                              "(into .venv: PyTorch's CPU build)"}
 
 
+def checkout():
+    """The repository the kit runs from (a clone, or its editable install), or None
+    where it is installed from a wheel."""
+    root = Path(__file__).resolve().parents[1]
+    return root if (root / "Makefile").is_file() and (root / "pyproject.toml").is_file() else None
+
+
 def install_advice(extra):
     """How to install the optional part `extra` (an extra of pyproject.toml) here:
     from a checkout, its requirements; from an installed kit, pip and the extra."""
-    checkout = Path(__file__).resolve().parents[1]
-    if (checkout / "Makefile").is_file() and (checkout / "pyproject.toml").is_file():
+    if checkout():
         return CHECKOUT_INSTALL.get(extra, "make setup")
     return f'pip install "keras-course-recipes[{extra}]"'
 

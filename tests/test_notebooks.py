@@ -157,3 +157,17 @@ def test_pasted_into_a_cell_it_trains_and_percent_run_takes_key_value(tmp_path):
     assert "override: train.epochs = 2" in percent_run and "test: {'accuracy'" in percent_run
     assert (folder / "again" / "history.csv").read_text().count("\n") == 3
 
+
+
+def test_an_installed_kit_writes_its_notebooks_where_it_is_run_never_into_the_package(
+        tmp_path, monkeypatch, capsys):
+    """From a wheel, `recipes notebooks` wrote seven notebooks into site-packages/notebooks/."""
+    from recipes.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(notebooks, "checkout", lambda: None)  # as from an installed wheel
+    assert main(["notebooks"]) == 0
+    assert sorted(path.name for path in (tmp_path / "notebooks").iterdir()) == sorted(
+        f"{module}.ipynb" for module in recipes.MODULES)
+    assert main(["notebooks", "--dir", "mine"]) == 0
+    assert (tmp_path / "mine" / "mnist_mlp.ipynb").is_file()

@@ -23,9 +23,10 @@ from pathlib import Path
 
 import recipes
 from recipes import UserError
+from recipes.errors import checkout
 from recipes.tools import Command
 
-NOTEBOOKS_DIR = recipes.PACKAGE_DIR.parent / "notebooks"
+NOTEBOOKS_DIR = recipes.PACKAGE_DIR.parent / "notebooks"  # a checkout's, which tests keep fresh
 SECTION = re.compile(r"^# ## (.+)$")
 DIGEST = "recipes_written_sha256"  # a notebook's metadata key: the digest of the rest
 
@@ -132,7 +133,19 @@ def write(out_dir=NOTEBOOKS_DIR):
         print(f"wrote {path}", flush=True)
 
 
+def _write_where_asked(dir=None):
+    """`write` into `dir`; without it, a checkout's notebooks/, or an installed kit's
+    ./notebooks in the current folder: never into the installed package."""
+    write(dir or (NOTEBOOKS_DIR if checkout() else Path("notebooks")))
+
+
+def _add_arguments(parser):
+    parser.add_argument("--dir", metavar="DIR", help="where to write them (default: a "
+                        "checkout's notebooks/, else ./notebooks)")
+
+
 COMMANDS = (
     Command("notebooks", "write notebooks/<recipe>.ipynb from each recipe module's file",
-            lambda: write(NOTEBOOKS_DIR), on_recipe=False, without_tensorflow=True),
+            _write_where_asked, arguments=_add_arguments, on_recipe=False,
+            without_tensorflow=True),
 )
