@@ -102,8 +102,10 @@ def test_one_ctrl_c_stops_training_even_when_library_code_swallows_it(how, tiny_
 @pytest.mark.parametrize("while_interrupted", [True, False])
 def test_only_what_ctrl_c_caused_goes_unprinted(while_interrupted, monkeypatch, capsys):
     """Library code can turn a Ctrl-C into another exception (TensorFlow's
-    nest did, in a CI run, and printed its traceback); others still print."""
+    nest did, in a CI run, and printed its traceback); others still print. A Ctrl-C
+    dropped so is kept for the run to raise."""
     monkeypatch.setattr(sys, "unraisablehook", errors._on_unraisable)
+    monkeypatch.setattr(errors, "_pending", None)
 
     def raises(phase, info):
         if phase != "start":
@@ -118,6 +120,7 @@ def test_only_what_ctrl_c_caused_goes_unprinted(while_interrupted, monkeypatch, 
     finally:
         gc.callbacks.remove(raises)
     assert ("Exception ignored" in capsys.readouterr().err) is not while_interrupted
+    assert isinstance(errors._pending, KeyboardInterrupt) is while_interrupted
 
 
 class PressesCtrlC(keras.callbacks.Callback):

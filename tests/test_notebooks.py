@@ -135,9 +135,10 @@ def test_a_key_added_to_config_in_a_cell_is_checked_like_key_value(tmp_path):
     recipe = (ROOT / "recipes" / "mnist_mlp.py").read_text().partition("# ## Run it")[0]
     printed = execute([recipe, 'CONFIG["train"]["epoch"] = 1\nexperiment = runs.main("mnist_mlp", '
                                'CONFIG, run, CONFIG_SCHEMA)'], tmp_path)
-    assert printed[-1] == ("error: Unknown config key 'train.epoch' in CONFIG. Did you mean "
-                           "train.epochs, train.steps_per_epoch, train.lr? Keys in 'train': "
-                           "train.epochs, train.steps_per_epoch, train.lr, train.optimizer.\n"), printed
+    assert printed[-1] == ("error: Config keys 'train.epoch' and 'train.epochs' are both set in "
+                           "CONFIG, and one looks like a misspelling of the other: keep the one "
+                           "the recipe reads (a key of your own needs a name unlike its "
+                           "neighbours').\n"), printed
     assert not (tmp_path / "runs").exists()
 
 

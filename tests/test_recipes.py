@@ -138,7 +138,7 @@ def test_metrics_json_contract(tiny_config, tmp_path):
     seconds = [16 * 3 / per_epoch[0], 16 * 4 / per_epoch[1]]
     assert timing["images_per_s"] == pytest.approx(16 * 7 / sum(seconds), rel=1e-6)
     assert len(timing["epoch_s"]) == 2
-    assert set(metrics["versions"]) == {"tensorflow", "keras", "keras-cv"}
+    assert set(metrics["versions"]) == {"keras-course-recipes", "tensorflow", "keras", "keras-cv"}
     assert metrics["versions"]["tensorflow"].startswith("2.21")
     assert {"gpus", "cpu", "cpu_generation", "cpu_cores", "cpu_features"} <= set(metrics["device"])
 

@@ -115,7 +115,9 @@ def test_cli_interrupt_says_how_to_resume(tmp_path):
          "train.epochs=1000", f"run.dir={run_dir}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not (run_dir / "history.csv").exists() and time.monotonic() < deadline:
+    history = run_dir / "history.csv"  # a finished epoch's row: then there is a run to resume
+    while not (history.exists() and len(history.read_text().splitlines()) > 1) \
+            and time.monotonic() < deadline:
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)

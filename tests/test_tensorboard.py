@@ -161,4 +161,4 @@ def test_without_the_tensorboard_package_a_run_goes_on_without_its_logs(tiny_con
     assert metrics["epochs_completed"] == 1
     assert not (Path(config["run"]["dir"]) / "tensorboard").exists()
     assert ("note: no TensorBoard logs: Keras' TensorBoard callback writes through tf.summary, "
-            "and tensorboard is not installed here (pip install tensorboard)") in capsys.readouterr().out
+            "and tensorboard is not installed here (make setup)") in capsys.readouterr().out
