@@ -1,4 +1,4 @@
-# Thin wrappers around `python -m recipes`; the first target that needs Python
+# Thin wrappers around `python -m keras_course_recipes`; the first target that needs Python
 # creates .venv and installs the pinned dependencies.
 #   make recipe NAME=mnist_mlp ARGS="execution.mode=xla train.epochs=2"
 #   make sweep NAME=densenet_cifar10 GRID="model.growth_rate=[12,24] train.lr=[0.05,0.1]"
@@ -65,20 +65,20 @@ $(INSTALLED): requirements.txt requirements-no-tf.txt requirements-jax.txt requi
 	touch $@
 
 list: $(INSTALLED)
-	@$(PY) -m recipes list
+	@$(PY) -m keras_course_recipes list
 
 show: $(INSTALLED)
-	@test -n "$(NAME)" || { echo "usage: make show NAME=<recipe>; recipes:"; $(PY) -m recipes list; exit 2; }
-	@$(PY) -m recipes show $(NAME) $(ARGS)
+	@test -n "$(NAME)" || { echo "usage: make show NAME=<recipe>; recipes:"; $(PY) -m keras_course_recipes list; exit 2; }
+	@$(PY) -m keras_course_recipes show $(NAME) $(ARGS)
 
 recipe: $(INSTALLED)
-	@test -n "$(NAME)" || { echo "usage: make recipe NAME=<recipe> [ARGS=\"key=value ...\"]; recipes:"; $(PY) -m recipes list; exit 2; }
-	@$(PY) -m recipes run $(NAME) $(ARGS)
+	@test -n "$(NAME)" || { echo "usage: make recipe NAME=<recipe> [ARGS=\"key=value ...\"]; recipes:"; $(PY) -m keras_course_recipes list; exit 2; }
+	@$(PY) -m keras_course_recipes run $(NAME) $(ARGS)
 
 # Each recipe module's file as notebooks/<recipe>.ipynb (tests/test_notebooks.py
 # checks that they are fresh).
 notebooks: $(INSTALLED)
-	@$(PY) -m recipes notebooks
+	@$(PY) -m keras_course_recipes notebooks
 
 # dist/keras_course_recipes-*.whl: the kit as one file, to install where no clone is (Colab).
 wheel: $(INSTALLED)
@@ -87,47 +87,47 @@ wheel: $(INSTALLED)
 
 copy: $(INSTALLED)
 	@test -n "$(NAME)" -a -n "$(DIR)" || { echo "usage: make copy NAME=<recipe> DIR=<folder>"; exit 2; }
-	@$(PY) -m recipes copy $(NAME) $(DIR)
+	@$(PY) -m keras_course_recipes copy $(NAME) $(DIR)
 
 # Your copy of cifar10-airbench's airbench94.py or airbench94_muon.py, patched
 # for a CPU, beside densenet_cifar10_cpu (or NAME) on the same images and
 # split, RUNS times each; needs requirements-torch.txt. Not a test: it reports.
 anchor: $(INSTALLED)
 	@test -n "$(SCRIPT)" -a -n "$(DATA)" || { echo "usage: make anchor SCRIPT=airbench94_muon.py DATA=<folder with train/> [RUNS=3] [NAME=...] [ARGS=...]"; exit 2; }
-	@$(PY) -m recipes anchor $(or $(NAME),densenet_cifar10_cpu) --script $(SCRIPT) \
+	@$(PY) -m keras_course_recipes anchor $(or $(NAME),densenet_cifar10_cpu) --script $(SCRIPT) \
 	    runs=$(or $(RUNS),3) data.source=folder data.path=$(DATA) $(ARGS)
 
 # densenet_cifar10_cpu's (or NAME's) training step on TensorFlow (with and
 # without its own kernels), JAX and torch (channels-last and -first), and with
 # SCRIPT=airbench94_muon.py PyTorch's own step beside them. Not a test: it reports.
 benchmark-backends: $(INSTALLED)
-	@$(PY) -m recipes backends $(or $(NAME),densenet_cifar10_cpu) $(if $(SCRIPT),--script $(SCRIPT)) $(ARGS)
+	@$(PY) -m keras_course_recipes backends $(or $(NAME),densenet_cifar10_cpu) $(if $(SCRIPT),--script $(SCRIPT)) $(ARGS)
 
 # tensorflow-datasets' DATASET (cifar10, ...) as DIR/train/ and DIR/test/ of
 # lossless PNGs, for data.source=folder; run once where a network is.
 tfds-to-folder: $(INSTALLED)
 	@test -n "$(DATASET)" -a -n "$(DIR)" || { echo "usage: make tfds-to-folder DATASET=cifar10 DIR=<folder>"; exit 2; }
-	@$(PY) -m recipes tfds-to-folder $(DATASET) $(DIR)
+	@$(PY) -m keras_course_recipes tfds-to-folder $(DATASET) $(DIR)
 
 # MultiWorkerMirroredStrategy on WORKERS local processes (docs/distributed.md).
 WORKERS ?= 2
 recipe-multiworker: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make recipe-multiworker NAME=<recipe> [WORKERS=2] [ARGS=\"key=value ...\"]"; exit 2; }
-	@$(PY) -m recipes multiworker $(NAME) workers=$(WORKERS) $(ARGS)
+	@$(PY) -m keras_course_recipes multiworker $(NAME) workers=$(WORKERS) $(ARGS)
 
 # Each word of GRID is one --grid: no spaces inside a list.
 sweep: $(INSTALLED)
 	@test -n "$(NAME)" -a -n "$(GRID)" || { echo 'usage: make sweep NAME=<recipe> GRID="model.growth_rate=[12,24] train.lr=[0.05,0.1]" [ARGS="key=value ..."]'; exit 2; }
-	@$(PY) -m recipes sweep $(NAME) $(foreach item,$(GRID),--grid '$(item)') \
+	@$(PY) -m keras_course_recipes sweep $(NAME) $(foreach item,$(GRID),--grid '$(item)') \
 	    $(if $(ONE_AT_A_TIME),--one-at-a-time) $(ARGS)
 
 curves: $(INSTALLED)
 	@test -n "$(RUNS)" || { echo 'usage: make curves RUNS="runs/NAME/<timestamp> ..."'; exit 2; }
-	@$(PY) -m recipes curves $(RUNS)
+	@$(PY) -m keras_course_recipes curves $(RUNS)
 
 compare compare-sizes: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make $@ NAME=<recipe> [ARGS=\"modes=eager,graph steps=30 key=value ...\"]"; exit 2; }
-	@$(PY) -m recipes $@ $(NAME) $(ARGS)
+	@$(PY) -m keras_course_recipes $@ $(NAME) $(ARGS)
 
 # Performance bars: fit (graph) against the hand-written tf.function step and
 # against itself on an always-ready input (graph_ready), and with
@@ -138,7 +138,7 @@ BENCHMARK_STEPS ?= 30
 BENCHMARK_REPEATS ?= 3
 benchmark: $(INSTALLED)
 	@for name in mnist_mlp cifar10_cnn densenet_cifar100; do \
-	  $(PY) -m recipes compare $$name modes=graph,graph_ready,graph_spe,loop_function \
+	  $(PY) -m keras_course_recipes compare $$name modes=graph,graph_ready,graph_spe,loop_function \
 	    steps=$(BENCHMARK_STEPS) repeats=$(BENCHMARK_REPEATS) $(ARGS) || exit $$?; \
 	done
 
@@ -146,45 +146,45 @@ benchmark: $(INSTALLED)
 # graph; a whole epoch in one tf.function against a tf.function per step and
 # against steps_per_execution. Not a test: it reports.
 benchmark-lessons: $(INSTALLED)
-	@$(PY) -m recipes compare graph_lessons modes=eager,graph,xla,loop_eager,loop_function \
+	@$(PY) -m keras_course_recipes compare graph_lessons modes=eager,graph,xla,loop_eager,loop_function \
 	    steps=$(BENCHMARK_STEPS) repeats=$(BENCHMARK_REPEATS) $(ARGS) || exit $$?
 	@for name in mnist_mlp cifar10_cnn; do \
-	  $(PY) -m recipes compare $$name modes=graph,graph_spe,loop_function,loop_epoch \
+	  $(PY) -m keras_course_recipes compare $$name modes=graph,graph_spe,loop_function,loop_epoch \
 	    steps=$(BENCHMARK_STEPS) repeats=$(BENCHMARK_REPEATS) $(ARGS) || exit $$?; \
 	done
 
 preview: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make preview NAME=<recipe> [ARGS=\"data.augment=[pad_crop,flip,cutmix]\"]"; exit 2; }
-	@$(PY) -m recipes preview $(NAME) $(ARGS)
+	@$(PY) -m keras_course_recipes preview $(NAME) $(ARGS)
 
 # Each operation alone in both engines, then training with the recipe's
 # pipeline on host and on device. Not a test: it reports.
 benchmark-augment: $(INSTALLED)
-	@$(PY) -m recipes augment-benchmark $(or $(NAME),densenet_cifar100_modern) steps=$(BENCHMARK_STEPS) $(ARGS)
+	@$(PY) -m keras_course_recipes augment-benchmark $(or $(NAME),densenet_cifar100_modern) steps=$(BENCHMARK_STEPS) $(ARGS)
 
 benchmark-data: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make benchmark-data NAME=<recipe> [ARGS=\"data.source=folder data.path=DIR\"]"; exit 2; }
-	@$(PY) -m recipes data-benchmark $(NAME) $(ARGS)
+	@$(PY) -m keras_course_recipes data-benchmark $(NAME) $(ARGS)
 
 # Images/s of graph-mode fit with no strategy and with MirroredStrategy, and
 # the scaling efficiency. DEVICES=cpu:2 splits the CPU in two logical devices;
 # DEVICES= uses every GPU. Not a test: it reports.
 DEVICES ?= cpu:2
 benchmark-distributed: $(INSTALLED)
-	@$(PY) -m recipes scaling $(or $(NAME),cifar10_cnn) steps=$(BENCHMARK_STEPS) \
+	@$(PY) -m keras_course_recipes scaling $(or $(NAME),cifar10_cnn) steps=$(BENCHMARK_STEPS) \
 	    repeats=$(BENCHMARK_REPEATS) execution.devices=$(or $(DEVICES),null) $(ARGS)
 
 # Peak memory and time of a RevNet training step, for each model.backprop and
 # variant (fresh processes). Not a test: it reports.
 memory: $(INSTALLED)
-	@$(PY) -m recipes memory $(or $(NAME),revnet_cifar10) $(ARGS)
+	@$(PY) -m keras_course_recipes memory $(or $(NAME),revnet_cifar10) $(ARGS)
 
 # SIGKILLs a short training KILLS times, some during a checkpoint write, and
 # resumes it each time; a table of what survived. Not a test: it reports.
 KILLS ?= 20
 SOAK_ARGS ?= data.source=synthetic train.epochs=60 train.steps_per_epoch=20
 soak: $(INSTALLED)
-	@$(PY) -m recipes soak $(or $(NAME),mnist_mlp) kills=$(KILLS) $(SOAK_ARGS) $(ARGS)
+	@$(PY) -m keras_course_recipes soak $(or $(NAME),mnist_mlp) kills=$(KILLS) $(SOAK_ARGS) $(ARGS)
 
 # Each bad input or fault a new user could hit, run as a user would, against
 # what a correct outcome is (refused, trains, stops then resumes); a table of
@@ -196,11 +196,11 @@ battery: $(INSTALLED)
 # kind of op (convolution, batch norm, ...). Not a test: it reports.
 profile: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make profile NAME=<recipe> [ARGS=\"data.source=synthetic\"]"; exit 2; }
-	@$(PY) -m recipes profile $(NAME) $(ARGS)
+	@$(PY) -m keras_course_recipes profile $(NAME) $(ARGS)
 
 graph: $(INSTALLED)
 	@test -n "$(NAME)" || { echo "usage: make graph NAME=<recipe> [ARGS=\"execution.mode=xla\"]"; exit 2; }
-	@$(PY) -m recipes graph $(NAME) $(ARGS)
+	@$(PY) -m keras_course_recipes graph $(NAME) $(ARGS)
 
 # Two test processes: most tests use one core at a time (Python, tracing,
 # process start-up), so the second core would idle; worksteal evens out

@@ -4,7 +4,7 @@ import sys
 
 import keras
 
-from callbacks.timing import MODES, execution_mode
+from keras_course_recipes.callbacks.timing import MODES, execution_mode
 
 
 class ExecutionModeCheck(keras.callbacks.Callback):

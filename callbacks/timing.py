@@ -15,7 +15,7 @@ def execution_mode(model):
     eager, graph or xla.
 
     A model that compiles its network's steps apart from the functions of
-    `fit`, `evaluate` and `predict` (`recipes.augment.AugmentedModel`) says so in
+    `fit`, `evaluate` and `predict` (`keras_course_recipes.augment.AugmentedModel`) says so in
     `step_jit_compile`. On JAX and torch a step that is not jit-compiled runs
     op by op: eager (on torch, `xla` is Keras' jit_compile: torch.compile).
     """

@@ -27,11 +27,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 try:
-    from recipes import runs
+    from keras_course_recipes import runs
     runs.start(__name__)  # as a program: Ctrl-C, and a missing backend, are one line
-    from recipes import data
-    from callbacks.timing import Timing
-    from models.mnist_cnn import mnist_cnn
+    from keras_course_recipes import data
+    from keras_course_recipes.callbacks.timing import Timing
+    from keras_course_recipes.models.mnist_cnn import mnist_cnn
 except ImportError as missing:  # the kit, or a file of it, is not where this Python runs
     raise SystemExit(f"error: {missing}: this recipe runs on its kit, the keras-course-recipes "
                      "package: pip install it where this Python runs (its README says "
@@ -43,8 +43,8 @@ import keras
 # What this recipe trains with, each value with its reason. `key=value` on the
 # command line overrides any of them; in a notebook, edit them here. The data
 # section's other keys (`source`: tfds, folder or synthetic) are
-# recipes/data.py's `DEFAULTS`; `run.dir` (where the run writes) is
-# recipes/runs.py's.
+# keras_course_recipes/data.py's `DEFAULTS`; `run.dir` (where the run writes) is
+# keras_course_recipes/runs.py's.
 CONFIG = {
     "data": {
         "name": "mnist",
@@ -122,7 +122,7 @@ def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
 
     timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
     callbacks = [
-        *extra_callbacks,  # the run directory's (recipes/runs.py), and the repository's
+        *extra_callbacks,  # the run directory's (keras_course_recipes/runs.py), and the repository's
         timing,
         keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
         # Scalars for `tensorboard --logdir runs`, written through TensorFlow.

@@ -30,9 +30,9 @@ import keras  # noqa: E402
 gc.freeze()
 gc.enable()
 
-import recipes  # noqa: E402
-from recipes import _config  # noqa: E402
-from recipes.tools import compare as _compare  # noqa: E402
+import keras_course_recipes as kit  # noqa: E402
+from keras_course_recipes import _config  # noqa: E402
+from keras_course_recipes.tools import compare as _compare  # noqa: E402
 
 # Two logical CPU devices, set before TensorFlow initializes its devices, so
 # that MirroredStrategy tests (execution.devices=cpu:2) run in this process;
@@ -137,7 +137,7 @@ def tiny_config(tmp_path):
     """Returns a function: recipe name and overrides -> a tiny resolved config."""
 
     def make(name, *overrides):
-        items = [*TINY, *TINY_MODEL.get(recipes.module_of(name), []),
+        items = [*TINY, *TINY_MODEL.get(kit.module_of(name), []),
                  f"run.dir={tmp_path / 'run'}", *overrides]
         return _config.resolve(name, overrides=items, announce=lambda line: None)
 
@@ -156,9 +156,9 @@ def run_with(recipe, config, *more_callbacks):
     """Trains `config` through the harness, with `more_callbacks` after the
     harness's own; returns the run's metrics (`recipe` is its module, kept
     for the reader: the config names it)."""
-    from recipes import harness
+    from keras_course_recipes import harness
 
-    assert recipe.__name__ == f"recipes.{recipes.module_of(config['recipe'])}"
+    assert recipe.__name__ == f"recipes.{kit.module_of(config['recipe'])}"
     return harness.train(config, extra_callbacks=more_callbacks)
 
 
@@ -185,7 +185,7 @@ def kit_source(folder):
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ROOT / name, folder / name)
-    for name in ("recipes", "models", "callbacks", "configs"):
+    for name in ("keras_course_recipes", "recipes", "models", "callbacks", "configs"):
         shutil.copytree(ROOT / name, folder / name,
                         ignore=shutil.ignore_patterns("__pycache__"))
     return folder
@@ -259,7 +259,7 @@ def measure_tensorflow_modes_here(name, mode, steps, config_files, overrides, fo
     (tests/test_compare.py starts the real ones, in every mode). Keras'
     other backends keep their process. (This process has the two logical
     CPUs that `execution.devices=cpu:2` asks for.)"""
-    from recipes.tools import measure
+    from keras_course_recipes.tools import measure
 
     if mode in _compare.BACKEND_MODES:
         return MEASURE_IN_A_PROCESS(name, mode, steps, config_files, overrides, folder, label)

@@ -1,5 +1,5 @@
 """A battery of bad inputs and faults that a new user could hit, each run as a
-user runs it: `python -m recipes ...` in a process of its own, from the
+user runs it: `python -m keras_course_recipes ...` in a process of its own, from the
 repository's root, with its run directory (and every other path it is given)
 in a fresh temporary directory, on tiny synthetic settings so that each case
 takes seconds. Not a test module (pytest collects tests/test_*.py only): a
@@ -11,7 +11,7 @@ report of what a user would see.
 Each case says what a correct outcome is:
 - refused: a non-zero exit whose stderr ends (TensorFlow's C++ log lines
   aside) in one line that starts with "error:" (argparse's refusals start
-  with its program name, "python -m recipes run: error:"), and no traceback;
+  with its program name, "python -m keras_course_recipes run: error:"), and no traceback;
 - trains: exit 0, and the run's files tell the truth: metrics.json parses and
   counts the train.epochs asked for, history.csv holds epochs 0..N-1 once
   each, and metrics.json's best epoch is one of them;
@@ -78,7 +78,7 @@ FOLDER = ["data.source=folder", "data.path=TMP/images"]
 
 # TensorFlow's C++ logging, which may follow a refusal's line on stderr.
 TF_LOG = re.compile(r"^(WARNING: All log messages|[IWE]\d{4} )")
-REFUSAL = re.compile(r"^(python -m recipes( [\w-]+)?: )?error: ")
+REFUSAL = re.compile(r"^(python -m keras_course_recipes( [\w-]+)?: )?error: ")
 
 
 # ---------------------------------------------------------------- cases
@@ -89,7 +89,7 @@ class Case:
 
     Attributes:
         name: what was done, in words.
-        args: what follows `python -m recipes`; RUN stands for the run
+        args: what follows `python -m keras_course_recipes`; RUN stands for the run
             directory (TMP/run), TMP for the case's temporary directory.
         expect: REFUSED, TRAINS or STOPS.
         setup: prepares or damages files in TMP before the command; may
@@ -105,7 +105,7 @@ class Case:
             repository on PYTHONPATH): for a run without run.dir, which
             would otherwise look in, or write, the repository's runs/.
         copied: a recipe module copied with its files into TMP/copy
-            (`python -m recipes copy`), run there as `python NAME.py ARGS`
+            (`python -m keras_course_recipes copy`), run there as `python NAME.py ARGS`
             by a Python that sees the pinned stack but not the installed kit
             (`bare_python`); its runs write no metrics.json (the
             repository's), and print the test metrics.
@@ -154,7 +154,7 @@ class SetupFailed(Exception):
 def finished_run(*overrides, recipe="mnist_mlp"):
     """A setup: a finished run of 2 epochs in RUN, trained by the command line."""
     def setup(tmp):
-        result = execute([sys.executable, "-m", "recipes",
+        result = execute([sys.executable, "-m", "keras_course_recipes",
                           *expand(run("train.epochs=2", *overrides, recipe=recipe), tmp)], ROOT)
         if result.returncode != 0:
             raise SetupFailed(f"its first training exited {result.returncode}: "
@@ -256,8 +256,9 @@ def mkdir(path):
 
 
 def folder_module(tmp):
-    """recipes/folder.py copied beside a copied recipe, as its header says for a folder."""
-    shutil.copyfile(ROOT / "recipes" / "folder.py", tmp / "copy" / "recipes" / "folder.py")
+    """keras_course_recipes/folder.py copied beside a copied recipe, as its header says for a folder."""
+    shutil.copyfile(ROOT / "keras_course_recipes" / "folder.py",
+                    tmp / "copy" / "keras_course_recipes" / "folder.py")
 
 
 def rename(path, name):
@@ -313,7 +314,7 @@ def duplicated_last_row(text):
 def a_first_training(tmp):
     """A setup: a long training holding RUN (its lock taken), returned to be
     killed once the case's command is done."""
-    command = [sys.executable, "-m", "recipes",
+    command = [sys.executable, "-m", "keras_course_recipes",
                *expand(run("train.steps_per_epoch=100000"), tmp)]
     first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
@@ -528,7 +529,7 @@ CASES = [
     Case("resume: best.keras truncated", run(RESUME), TRAINS,
          after(stopped_run(), truncate("run/checkpoints/best.keras"))),
     Case("resume: .lock left by a dead process", run(RESUME), TRAINS,
-         after(stopped_run(), write("run/.lock", "process 999999 (python -m recipes run)\n"))),
+         after(stopped_run(), write("run/.lock", "process 999999 (python -m keras_course_recipes run)\n"))),
     Case("finished run: metrics.json truncated, same command", run("train.epochs=2"), TRAINS,
          after(finished_run(), truncate("run/metrics.json"))),
     # -- resumes with changed settings
@@ -667,12 +668,12 @@ CASES = [
          copy("data.augment=[bogus]", recipe="cifar10_cnn"), REFUSED, copied="cifar10_cnn"),
     Case("copied: data.path missing", copy("data.source=folder", "data.path=TMP/nowhere"),
          REFUSED, copied="mnist_mlp"),
-    Case("copied without recipes/folder.py: data.source=folder", copy(*FOLDER), REFUSED,
+    Case("copied without keras_course_recipes/folder.py: data.source=folder", copy(*FOLDER), REFUSED,
          image_folder(), copied="mnist_mlp"),
-    Case("copied with recipes/folder.py: a folder of PNGs cut in half", copy(*FOLDER), REFUSED,
+    Case("copied with keras_course_recipes/folder.py: a folder of PNGs cut in half", copy(*FOLDER), REFUSED,
          after(image_folder(), truncate("images/train/dog/0.png"),
                truncate("images/train/cat/1.png"), folder_module), copied="mnist_mlp"),
-    Case("copied with recipes/folder.py: a good folder", copy(*FOLDER), TRAINS,
+    Case("copied with keras_course_recipes/folder.py: a good folder", copy(*FOLDER), TRAINS,
          after(image_folder(), folder_module), copied="mnist_mlp"),
     Case("copied: the default tfds source, no network",
          [item for item in copy() if not item.startswith("data.source")], REFUSED,
@@ -703,8 +704,8 @@ CASES = [
       for seconds in (1.0, 2.0, 3.0)],
     Case("copied: SIGTERM 2 s after start (import keras), then the same command", copy(*LONG),
          STOPS, copied="mnist_mlp", interrupt=(signal.SIGTERM, 2.0)),
-    Case("copied cifar10_cnn without recipes/augment.py, data.augment=[]",
-         copy("data.augment=[]", recipe="cifar10_cnn"), REFUSED, delete("copy/recipes/augment.py"),
+    Case("copied cifar10_cnn without keras_course_recipes/augment.py, data.augment=[]",
+         copy("data.augment=[]", recipe="cifar10_cnn"), REFUSED, delete("copy/keras_course_recipes/augment.py"),
          copied="cifar10_cnn"),
     Case("notebook cell, a Jupyter kernel", copy(), TRAINS, kernel="jupyter"),
     Case("notebook cell, a kernel launched as VS Code launches it", copy(), TRAINS,
@@ -851,13 +852,13 @@ def run_case(case, tmp):
     copied = case.copied is not None
     try:
         if copied:
-            execute([sys.executable, "-m", "recipes", "copy", case.copied, str(tmp / "copy")],
+            execute([sys.executable, "-m", "keras_course_recipes", "copy", case.copied, str(tmp / "copy")],
                     ROOT)
         background = case.setup(tmp) if case.setup else None
     except (SetupFailed, subprocess.TimeoutExpired) as error:
         return OTHER, f"setup failed: {error}"
     command = ([bare_python(), f"{case.copied}.py"] if copied
-               else [sys.executable, "-m", "recipes"]) + expand(case.args, tmp)
+               else [sys.executable, "-m", "keras_course_recipes"]) + expand(case.args, tmp)
     cwd = tmp / "copy" if copied else tmp if case.in_temp_dir else ROOT
     run_dir = tmp / case.run_dir
     try:
@@ -1006,7 +1007,7 @@ def shown(case):
         return "a cell: CONFIG " + shlex.join(case.args) + f" ({case.kernel} kernel)"
     if case.copied:
         return f"python {case.copied}.py " + shlex.join(case.args)
-    return "python -m recipes " + shlex.join(case.args)
+    return "python -m keras_course_recipes " + shlex.join(case.args)
 
 
 def cell(text):

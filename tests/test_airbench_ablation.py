@@ -1,4 +1,4 @@
-"""recipes/tools/airbench_ablation.py: airbench94_muon's loop in PyTorch with
+"""keras_course_recipes/tools/airbench_ablation.py: airbench94_muon's loop in PyTorch with
 the recipe's differences as variants. It trains a variant on random images
 for a step, writes each run as a JSON line and the table, reads an image
 folder in the official order its names give, and refuses an unknown variant
@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")  # PyTorch is optional: requirements-torch.txt
 
 from conftest import ROOT  # noqa: E402  (after the skip)
-from recipes.tools import airbench_ablation  # noqa: E402
+from keras_course_recipes.tools import airbench_ablation  # noqa: E402
 
 
 @pytest.mark.slow  # trains a PyTorch network
@@ -58,7 +58,7 @@ def test_a_folder_without_images_is_one_line(tmp_path, capsys):
 def test_every_command_the_docs_show_parses_with_its_variants(tmp_path):
     (tmp_path / "train").mkdir()  # DATA stands for the user's folder of train/<class>/*
     shown = [line for page in (ROOT / "docs").glob("*.md") for line in page.read_text().splitlines()
-             if line.startswith("python -m recipes.tools.airbench_ablation ")]
+             if line.startswith("python -m keras_course_recipes.tools.airbench_ablation ")]
     assert len(shown) >= 2
     for line in shown:
         words = shlex.split(line)[3:]

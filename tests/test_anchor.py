@@ -1,4 +1,4 @@
-"""`python -m recipes anchor`: cifar10-airbench's script patched for a CPU at run
+"""`python -m keras_course_recipes anchor`: cifar10-airbench's script patched for a CPU at run
 time, on a stand-in that holds exactly what the published scripts hold where
 the patches apply; a changed or unreadable script, refused data and a missing
 PyTorch are one line each, and a refused command writes nothing. The table
@@ -13,9 +13,9 @@ import keras
 import numpy as np
 import pytest
 
-from recipes import __main__ as cli
-from recipes.errors import UserError
-from recipes.tools import anchor
+from keras_course_recipes import __main__ as cli
+from keras_course_recipes.errors import UserError
+from keras_course_recipes.tools import anchor
 
 # What airbench94_muon.py holds around each patch, and nothing else of it.
 STAND_IN = '''import os
@@ -125,7 +125,7 @@ def write_images(root, splits=("train", "test"), per_class=10):
 
 
 def command_line(capsys, *args):
-    """(exit status, stderr) of `python -m recipes anchor ARGS`, in this process."""
+    """(exit status, stderr) of `python -m keras_course_recipes anchor ARGS`, in this process."""
     capsys.readouterr()
     # The recipe's oneDNN setting cannot reach this process's TensorFlow, started already.
     status = cli.run_cli(["anchor", "densenet_cifar10_cpu", *map(str, args),

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import recipes
-from recipes.errors import UserError
+import keras_course_recipes as kit
+from keras_course_recipes.errors import UserError
 from conftest import ROOT
-from recipes import _config, settings
-from recipes.augment import AugmentedModel
+from keras_course_recipes import _config, settings
+from keras_course_recipes.augment import AugmentedModel
 
-OURS = ("recipes", "models", "callbacks", "tests")
+OURS = ("keras_course_recipes", "tests")
 SOURCES = sorted(p for folder in OURS for p in (ROOT / folder).rglob("*.py"))
 
 # Assigning to an attribute of a Keras or TensorFlow class or module, or to a
@@ -45,7 +45,7 @@ def test_the_grep_finds_what_it_looks_for():
 
 
 # The library internals code or tests may read, each with why and where it
-# is pinned (as recipes/_distribute.py pins its keras#20585 workaround). An
+# is pinned (as keras_course_recipes/_distribute.py pins its keras#20585 workaround). An
 # entry is a file and the expression as `ast.unparse` writes it.
 PRIVATE_ALLOWED = {
     ("tests/test_augment.py", "node.attr['_XlaMustCompile']"):
@@ -117,15 +117,16 @@ def test_the_private_attribute_guard_finds_what_it_looks_for():
         "monkeypatch.setattr(keras.Model, '_train', f)"]
     assert found("node.attr['_XlaMustCompile'].b") == ["node.attr['_XlaMustCompile']"]
     assert found("self.model._private") == ["self.model._private"]
-    ours = ("from recipes import data\nimport recipes\nimport callbacks.timing as timing\n"
-            "self._step = cls._count = 1\ndata._split_names(0)\nrecipes.data.load\n"
+    ours = ("from keras_course_recipes import data\nimport keras_course_recipes\n"
+            "import keras_course_recipes.callbacks.timing as timing\n"
+            "self._step = cls._count = 1\ndata._split_names(0)\nkeras_course_recipes.data.load\n"
             "monkeypatch.setattr(data, '_reachable', f)\ntiming._clock\ntf.__version__\n")
     assert found(ours) == []
 
 
 @pytest.mark.slow  # a process of its own
 def test_list_and_show_import_no_tensorflow():
-    script = ("import sys; from recipes.__main__ import main; "
+    script = ("import sys; from keras_course_recipes.__main__ import main; "
               "main(['list']); main(['show', 'densenet_cifar100', 'model.depth=40']); "
               "heavy = sorted({m.split('.')[0] for m in sys.modules} "
               "& {'tensorflow', 'keras', 'keras_cv', 'matplotlib', 'tensorflow_datasets'}); "
@@ -144,9 +145,9 @@ def test_a_recipe_schema_types_its_own_keys():
     config = _config.resolve("densenet_cifar100", overrides=["model.depth=40"],
                              announce=lambda line: None)
     assert config["model"]["depth"] == 40
-    with pytest.raises(recipes.UserError, match="'model.depth' expects an integer"):
+    with pytest.raises(kit.UserError, match="'model.depth' expects an integer"):
         _config.resolve("densenet_cifar100", overrides=["model.depth=deep"])
-    with pytest.raises(recipes.UserError, match="'train.schedule' must be one of constant"):
+    with pytest.raises(kit.UserError, match="'train.schedule' must be one of constant"):
         _config.resolve("densenet_cifar100", overrides=["train.schedule=linear"])
 
 
@@ -155,7 +156,7 @@ def tiny_network():
                              keras.layers.Dense(10, activation="softmax")])
 
 
-AUGMENTING = [module for module in recipes.MODULES
+AUGMENTING = [module for module in kit.MODULES
               if "augment" in settings.module_literal(ROOT / "recipes" / f"{module}.py", "CONFIG")["data"]]
 
 
@@ -163,12 +164,12 @@ AUGMENTING = [module for module in recipes.MODULES
 def test_every_recipe_wraps_its_model_when_augmentation_runs_on_the_device(module, tiny_config):
     config = tiny_config(module, "data.augment=[flip]", "data.augment_on=device",
                          "data.name=cifar10")
-    experiment = recipes.load(module).build(config)
+    experiment = kit.load(module).build(config)
     assert isinstance(experiment.model, AugmentedModel)
     assert experiment.model.augment is experiment.data.augment
 
 
-@pytest.mark.parametrize("module", sorted(set(recipes.MODULES) - set(AUGMENTING)))
+@pytest.mark.parametrize("module", sorted(set(kit.MODULES) - set(AUGMENTING)))
 def test_a_recipe_that_does_not_augment_refuses_augmentation_as_an_unknown_key(module):
     """Its model is never wrapped for the step: data.augment would be ignored."""
     with pytest.raises(UserError, match="Unknown config key 'data.augment'"):
@@ -194,8 +195,8 @@ def test_an_augmented_model_saves_and_loads_as_its_network(tmp_path):
 
 @pytest.mark.slow  # a process of its own
 def test_a_reader_that_stops_early_gets_no_traceback():
-    """`python -m recipes list | head -1`: the pipe closes before the list is written."""
-    process = subprocess.Popen([sys.executable, "-m", "recipes", "list"], cwd=ROOT,
+    """`python -m keras_course_recipes list | head -1`: the pipe closes before the list is written."""
+    process = subprocess.Popen([sys.executable, "-m", "keras_course_recipes", "list"], cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     process.stdout.close()  # before the child, still importing, writes a line
     assert process.wait(timeout=60) == 0
@@ -210,17 +211,24 @@ def imports_of(path):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
-    return {name for name in found if name.split(".")[0] in ("recipes", "models", "callbacks")}
+    return {name for name in found if name.split(".")[0] == "keras_course_recipes"}
+
+
+# The package's modules by folder: the kit's own, and the folders mapped into it.
+FOLDERS = {"keras_course_recipes": "keras_course_recipes",
+           "recipes": "keras_course_recipes.recipes", "models": "keras_course_recipes.models",
+           "callbacks": "keras_course_recipes.callbacks"}
 
 
 def test_no_module_of_ours_imports_itself_through_others():
     """No import cycle, not even through a function-local import."""
-    modules = {".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): path
-               for folder in ("recipes", "models", "callbacks") for path in (ROOT / folder).rglob("*.py")}
+    modules = {".".join([package, *path.relative_to(ROOT / folder).with_suffix("").parts])
+               .removesuffix(".__init__"): path
+               for folder, package in FOLDERS.items() for path in (ROOT / folder).rglob("*.py")}
     graph = {name: {other for other in imports_of(path) if other in modules and other != name}
              for name, path in modules.items()}
     # A package's __init__ runs before any of its modules: importing one imports
-    # it too. A module that imports nothing of ours (recipes.runs, which
+    # it too. A module that imports nothing of ours (keras_course_recipes.runs, which
     # recipes/__init__ imports) never reads a half-run __init__, so its own
     # import of the package closes no cycle.
     for name in modules:
@@ -241,13 +249,18 @@ def test_no_module_of_ours_imports_itself_through_others():
         return None
 
     assert [cycle for cycle in map(cycle_from, graph) if cycle] == []
-    # recipes/__init__ imports recipes.errors, which imports nothing of ours: the
-    # errors come from one module, which the data pipeline imports without the run.
-    assert graph["recipes.harness"] > {"recipes"} and graph["recipes.errors"] == set()
+    # The package's __init__ imports errors, which imports nothing of ours: the errors
+    # come from one module, which the data pipeline imports without the run.
+    kit = "keras_course_recipes"
+    ours = {name: {other.removeprefix(f"{kit}.") for other in found}
+            for name, found in graph.items()}
+    assert ours[f"{kit}.harness"] > {kit} and ours[f"{kit}.errors"] == set()
     # What a copied recipe takes along imports only what it takes along.
-    assert graph["recipes.runs"] == {"recipes", "recipes.errors", "recipes.rundir",
-                                     "recipes.settings"}
-    assert graph["recipes.data"] == {"recipes", "recipes.errors"}  # recipes.folder: by importlib
-    assert graph["recipes.folder"] == {"recipes", "recipes.errors"}
-    assert graph["recipes.augment"] == {"recipes", "recipes.errors", "recipes.data",
-                                        "recipes._environment"}
+    assert ours[f"{kit}.runs"] == {kit, "errors", "rundir", "settings"}
+    assert ours[f"{kit}.data"] == {kit, "errors"}  # folder.py: by importlib
+    assert ours[f"{kit}.folder"] == {kit, "errors"}
+    assert ours[f"{kit}.augment"] == {kit, "errors", "data", "_environment"}
+    # A builder or callback imports nothing of the kit's: a copy takes its file alone.
+    assert all(other == kit or other.startswith(("models", "callbacks"))
+               for name in ours if name.startswith((f"{kit}.models.", f"{kit}.callbacks."))
+               for other in ours[name]), ours

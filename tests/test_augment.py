@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import recipes
-from callbacks.timing import execution_mode
+import keras_course_recipes as kit
+from keras_course_recipes.callbacks.timing import execution_mode
 from conftest import ROOT, TINY, measure_tensorflow_modes_here
-from recipes.augment import AugmentedModel
-from recipes import UserError, _config, harness
-from recipes import data as rdata
-from recipes import augment as raugment
-from recipes.data import ArrayBatches
-from recipes.tools import augment_bench as _augment_bench
-from recipes.tools import preview as _preview
+from keras_course_recipes.augment import AugmentedModel
+from keras_course_recipes import UserError, _config, harness
+from keras_course_recipes import data as rdata
+from keras_course_recipes import augment as raugment
+from keras_course_recipes.data import ArrayBatches
+from keras_course_recipes.tools import augment_bench as _augment_bench
+from keras_course_recipes.tools import preview as _preview
 
 ENGINES = list(raugment.ENGINES)
 
@@ -114,7 +114,7 @@ def test_a_mixing_operation_turns_integer_labels_into_one_hot(tiny_config):
     """cifar10_cnn trains on class indices; with cutmix it gets one-hot labels
     and a categorical loss, and trains."""
     config = tiny_config("cifar10_cnn", "data.augment=[flip,cutmix]")
-    experiment = recipes.load("cifar10_cnn").build(config)
+    experiment = kit.load("cifar10_cnn").build(config)
     images, labels = next(iter(experiment.data.train))
     assert labels.shape == (16, 10)
     np.testing.assert_allclose(labels.numpy().sum(axis=-1), 1.0, rtol=1e-5)
@@ -285,13 +285,13 @@ tf.config.experimental.enable_op_determinism()
 # keras-cv's layers built without a seed take TensorFlow's global generator,
 # which determinism wants created from a seed first.
 tf.random.set_global_generator(tf.random.Generator.from_seed(0))
-import recipes
-from recipes import _config
+import keras_course_recipes as kit
+from keras_course_recipes import _config
 overrides, runs = json.loads(sys.argv[1]), []
 for run_dir in sys.argv[2:]:
     config = _config.resolve("cifar10_cnn", overrides=[*overrides, f"run.dir={run_dir}"],
                              announce=lambda line: None)
-    experiment = recipes.load("cifar10_cnn").build(config)
+    experiment = kit.load("cifar10_cnn").build(config)
     data = experiment.data
     history = experiment.model.fit(data.train, validation_data=data.validation,
                                    epochs=config["train"]["epochs"],
@@ -331,7 +331,7 @@ def test_preview_without_augmentation_is_a_user_error():
 
 
 class Clock:
-    """Stands in for the `time` module in recipes.tools.augment_bench: each
+    """Stands in for the `time` module in keras_course_recipes.tools.augment_bench: each
     `perf_counter` reading is one second after the one before."""
 
     def __init__(self):

@@ -11,8 +11,8 @@ import keras_cv
 import pytest
 
 from conftest import ROOT, TINY, TINY_MODEL
-from recipes import UserError, _config, _environment
-from recipes import augment as raugment
+from keras_course_recipes import UserError, _config, _environment
+from keras_course_recipes import augment as raugment
 
 from test_jax_backend import JAX_ENV
 
@@ -33,7 +33,7 @@ def test_densenet_augments_in_the_jax_step_without_naming_an_engine(tmp_path):
     was refused while the DenseNet configs named keras-cv."""
     run_dir = tmp_path / "run"
     result = subprocess.run(
-        [sys.executable, "-m", "recipes", "run", "densenet_cifar10", *TINY,
+        [sys.executable, "-m", "keras_course_recipes", "run", "densenet_cifar10", *TINY,
          *TINY_MODEL["densenet_cifar100"], "execution.backend=jax", "data.augment_on=device",
          f"run.dir={run_dir}"], cwd=ROOT, env=JAX_ENV, capture_output=True, text=True,
         timeout=300)
@@ -45,7 +45,7 @@ def test_densenet_augments_in_the_jax_step_without_naming_an_engine(tmp_path):
 
 def test_without_keras_cv_auto_takes_keras_core_s_layers_and_says_so(monkeypatch, capsys):
     """keras-cv is optional: a kit installed without it still augments."""
-    from recipes import augment
+    from keras_course_recipes import augment
 
     monkeypatch.setitem(sys.modules, "keras_cv", None)  # not importable, as if not installed
     assert augment.resolve_engine("auto", "tensorflow") == "keras"

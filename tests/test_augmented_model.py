@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from recipes.augment import AugmentedModel
+from keras_course_recipes.augment import AugmentedModel
 
 
 def test_nothing_sets_keras_jit_compile_attribute():

@@ -1,4 +1,4 @@
-"""`python -m recipes backends`: the recipe's step on each installed backend,
+"""`python -m keras_course_recipes backends`: the recipe's step on each installed backend,
 two steps each on synthetic data, with PyTorch's own step on a stand-in of
 airbench94_muon.py; an absent backend is one line, and its rows are left out."""
 
@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-import recipes
-from recipes import UserError, _config, _environment
-from recipes.tools import backends
+import keras_course_recipes as kit
+from keras_course_recipes import UserError, _config, _environment
+from keras_course_recipes.tools import backends
 
 from conftest import ROOT
 from test_anchor import STAND_IN
@@ -106,7 +106,7 @@ def test_channels_first_is_refused_on_tensorflow_in_one_line():
                                                          "model.data_format=channels_first"],
                              announce=lambda line: None)
     with pytest.raises(UserError, match="channels_first is for execution.backend=torch or jax"):
-        recipes.load("densenet_cifar10_cpu").build(config)
+        kit.load("densenet_cifar10_cpu").build(config)
 
 
 def test_unknown_variants_are_refused():
@@ -118,7 +118,7 @@ def test_unknown_variants_are_refused():
 # the largest difference between their predictions for the same images.
 SAME_NETWORK = """
 import numpy as np
-from models.densenet_whitened import densenet_whitened
+from keras_course_recipes.models.densenet_whitened import densenet_whitened
 images = np.random.default_rng(0).normal(size=(4, 32, 32, 3)).astype("float32")
 built = [densenet_whitened((32, 32, 3), 10, images, widths=(8, 8, 8), growth_rates=(4, 4, 4),
                            data_format=data_format)

@@ -5,11 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from models.densenet_whitened import FusedBatchNormalization
-from recipes.augment import network_of
-import recipes
-
-
+from keras_course_recipes.models.densenet_whitened import FusedBatchNormalization
+from keras_course_recipes.augment import network_of
+import keras_course_recipes as kit
 def _pair(scale, momentum=0.6):
     keras_layer = keras.layers.BatchNormalization(momentum=momentum, epsilon=1e-5, scale=scale)
     fused = FusedBatchNormalization(momentum=momentum, epsilon=1e-5, scale=scale)
@@ -81,6 +79,6 @@ def test_it_survives_saving(tmp_path):
                                          ("false", keras.layers.BatchNormalization)])
 def test_densenet_cifar10_cpu_builds_the_batch_norm_its_config_names(fused, kind, tiny_config):
     config = tiny_config("densenet_cifar10_cpu", f"model.fused_batch_norm={fused}")
-    model = network_of(recipes.load("densenet_cifar10_cpu").build(config).model)
+    model = network_of(kit.load("densenet_cifar10_cpu").build(config).model)
     norms = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
     assert norms and all(type(layer) is kind for layer in norms)

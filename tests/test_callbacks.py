@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import callbacks.timing as timing_module
-from callbacks.execution_mode_check import ExecutionModeCheck
-from callbacks.timing import Timing, execution_mode
-from recipes.augment import AugmentedModel
+import keras_course_recipes.callbacks.timing as timing_module
+from keras_course_recipes.callbacks.execution_mode_check import ExecutionModeCheck
+from keras_course_recipes.callbacks.timing import Timing, execution_mode
+from keras_course_recipes.augment import AugmentedModel
 
 
 def tiny_model(*extra_layers):

@@ -1,4 +1,4 @@
-"""`python -m recipes compare`: the output contract, and the hand-written loops it times."""
+"""`python -m keras_course_recipes compare`: the output contract, and the hand-written loops it times."""
 
 import csv
 import json
@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import callbacks.timing as timing_module
+import keras_course_recipes.callbacks.timing as timing_module
 from conftest import MEASURE_IN_A_PROCESS, measure_tensorflow_modes_here
-import recipes
-from recipes import UserError, _environment
-from recipes.__main__ import main
-from recipes.tools import compare as _compare
-from recipes.tools import loops as _loops
-from recipes.tools import measure as _measure
-from recipes.tools import parse_count
+import keras_course_recipes as kit
+from keras_course_recipes import UserError, _environment
+from keras_course_recipes.__main__ import main
+from keras_course_recipes.tools import compare as _compare
+from keras_course_recipes.tools import loops as _loops
+from keras_course_recipes.tools import measure as _measure
+from keras_course_recipes.tools import parse_count
 from test_callbacks import StepClock
 
 TINY_MLP = ["data.synthetic_examples=256", "data.batch_size=32", "model.hidden_units=[32]"]
@@ -32,7 +32,7 @@ def measure_loop_function_in_a_process(name, mode, *job):
     """compare's worker in a process of its own for `loop_function` (and
     Keras' other backends), whose peak memory is the process's; in this
     process for TensorFlow's other modes, which that process's code
-    path (`python -m recipes.tools.measure`) measures the same way."""
+    path (`python -m keras_course_recipes.tools.measure`) measures the same way."""
     if mode == "loop_function":
         return MEASURE_IN_A_PROCESS(name, mode, *job)
     return measure_tensorflow_modes_here(name, mode, *job)
@@ -269,7 +269,7 @@ def test_bad_counts_are_user_errors(option, text, minimum):
 
 
 class Clock:
-    """Stands in for the `time` module in recipes.tools.measure: `perf_counter`
+    """Stands in for the `time` module in keras_course_recipes.tools.measure: `perf_counter`
     returns the given readings in turn."""
 
     def __init__(self, *readings):
@@ -292,6 +292,6 @@ def test_every_default_size_builds(module, tiny_config):
     """compare-sizes' default sizes, each built as its recipe builds it (the
     docs' compare-sizes commands time the first two only)."""
     key, values = _compare.SIZES[module]
-    params = [recipes.load(module).build(tiny_config(module, f"{key}={json.dumps(value)}"))
+    params = [kit.load(module).build(tiny_config(module, f"{key}={json.dumps(value)}"))
               .model.count_params() for value in values]
     assert params == sorted(params) and len(set(params)) == len(values)

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from recipes import UserError, _config
+from keras_course_recipes import UserError, _config
 
 
 def resolve(*overrides, files=()):
@@ -99,7 +99,7 @@ def test_unknown_recipe_lists_the_closest_and_all():
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "recipes", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "keras_course_recipes", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -133,7 +133,7 @@ def test_cli_list_names_every_recipe_with_a_description():
     result = cli("list")
     assert result.returncode == 0
     lines = dict(line.split(None, 1) for line in result.stdout.splitlines())
-    from recipes import names
+    from keras_course_recipes import names
 
     assert sorted(lines) == names()
     assert all(description.strip() for description in lines.values())
@@ -142,7 +142,7 @@ def test_cli_list_names_every_recipe_with_a_description():
 def test_a_literal_read_from_a_file_follows_edits_and_is_the_callers_own(tmp_path):
     """`settings.module_literal` parses a file once per version of it: an
     edit is read again, and a caller may change what it got."""
-    from recipes import settings
+    from keras_course_recipes import settings
 
     path = tmp_path / "recipe.py"
     path.write_text("CONFIG = {'train': {'epochs': 1}}\n")
@@ -154,11 +154,10 @@ def test_a_literal_read_from_a_file_follows_edits_and_is_the_callers_own(tmp_pat
 
 
 def test_a_yaml_recipe_added_or_edited_is_seen_at_once(tmp_path, monkeypatch):
-    import recipes
-
-    monkeypatch.setattr(recipes, "CONFIGS_DIR", tmp_path)
-    assert "mine" not in recipes.names()
+    import keras_course_recipes as kit
+    monkeypatch.setattr(kit, "CONFIGS_DIR", tmp_path)
+    assert "mine" not in kit.names()
     (tmp_path / "mine.yaml").write_text("recipe: mnist_mlp\n")
-    assert recipes.module_of("mine") == "mnist_mlp"
+    assert kit.module_of("mine") == "mnist_mlp"
     (tmp_path / "mine.yaml").write_text("recipe: cifar10_cnn  # now\n")
-    assert recipes.module_of("mine") == "cifar10_cnn"
+    assert kit.module_of("mine") == "cifar10_cnn"

@@ -1,8 +1,8 @@
 """A recipe leaves the repository: where the kit is installed, its file alone
 trains; where it is not, the file says in one line what to install; and
-`python -m recipes copy` copies it with the kit's files it imports, where it
+`python -m keras_course_recipes copy` copies it with the kit's files it imports, where it
 trains on its own, through the same checks, run directory, lock and resume
-as `python -m recipes run` (recipes/runs.py). What it shows is true: every
+as `python -m keras_course_recipes run` (keras_course_recipes/runs.py). What it shows is true: every
 Keras call a student would copy is in the recipe's own body."""
 
 import ast
@@ -13,36 +13,42 @@ import sys
 
 import pytest
 
-import recipes
+import keras_course_recipes as kit
 from conftest import ROOT, TINY_MODEL
-from recipes import rundir, runs, settings
-from recipes.tools.copy import kit_files
+from keras_course_recipes import rundir, runs, settings
+from keras_course_recipes.tools.copy import kit_files
 
 
 def copy_list(module):
-    return kit_files(ROOT / "recipes" / f"{module}.py")
+    """The paths, in a copy, of the kit's files that recipe `module` imports."""
+    return list(kit_files(ROOT / "recipes" / f"{module}.py"))
 
 
-KIT = ["callbacks/__init__.py", "callbacks/timing.py", "models/__init__.py", "recipes/errors.py",
-       "recipes/__init__.py", "recipes/data.py", "recipes/rundir.py", "recipes/runs.py",
-       "recipes/settings.py"]
+PACKAGE = "keras_course_recipes"
+KIT = [f"{PACKAGE}/{path}" for path in (
+    "__init__.py", "callbacks/__init__.py", "callbacks/timing.py", "data.py", "errors.py",
+    "models/__init__.py", "rundir.py", "runs.py", "settings.py")]
 
 
 @pytest.mark.parametrize("module, model, augments", [
     ("mnist_mlp", "models/mlp.py", False), ("cifar10_cnn", "models/simple_cnn.py", True),
     ("densenet_cifar10_cpu", "models/densenet_whitened.py", True)])
 def test_the_copy_holds_what_the_recipe_imports_and_what_that_imports(module, model, augments):
-    """recipes/folder.py, which recipes/data.py loads by name for a folder, is left out."""
-    augmenting = ["recipes/_environment.py", "recipes/augment.py"] if augments else []
-    assert copy_list(module) == sorted([*KIT, model, *augmenting])
+    """keras_course_recipes/folder.py, which data.py loads by name for a folder, is left
+    out; the builders and callbacks go where the package has them, not where the
+    repository keeps them."""
+    augmenting = [f"{PACKAGE}/_environment.py", f"{PACKAGE}/augment.py"] if augments else []
+    assert copy_list(module) == sorted([*KIT, f"{PACKAGE}/{model}", *augmenting])
+    assert kit_files(ROOT / "recipes" / f"{module}.py")[f"{PACKAGE}/{model}"] == ROOT / model
 
 
 def copied(module, folder):
     """`module`'s recipe and the kit's files it imports, in `folder`."""
-    for path in [f"recipes/{module}.py", *copy_list(module)]:
-        target = folder / (f"{module}.py" if path == f"recipes/{module}.py" else path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(ROOT / path, target)
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(ROOT / "recipes" / f"{module}.py", folder / f"{module}.py")
+    for path, source in kit_files(ROOT / "recipes" / f"{module}.py").items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, folder / path)
     return folder
 
 
@@ -57,7 +63,7 @@ def run_copy(python, folder, module, *overrides):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module", recipes.MODULES)
+@pytest.mark.parametrize("module", kit.MODULES)
 def test_a_copied_recipe_trains_on_its_own(module, tmp_path, fresh_pythons):
     """Where the kit is not installed: the files `copy` gives."""
     folder = copied(module, tmp_path / "my_project")
@@ -85,11 +91,11 @@ def test_where_the_kit_is_installed_the_recipe_file_alone_trains(tmp_path, fresh
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("missing", ["the kit", "recipes/augment.py"])
+@pytest.mark.parametrize("missing", ["the kit", "keras_course_recipes/augment.py"])
 def test_without_its_kit_a_recipe_says_what_to_install_in_one_line(missing, tmp_path,
                                                                     fresh_pythons):
     """The whole kit missing, or a file of a copy (a copied cifar10_cnn once raised an
-    ImportError traceback at its `from recipes import augment, data, runs`)."""
+    ImportError traceback at its `from keras_course_recipes import augment, data, runs`)."""
     folder = tmp_path / "anywhere"
     if missing == "the kit":
         folder.mkdir()
@@ -102,8 +108,9 @@ def test_without_its_kit_a_recipe_says_what_to_install_in_one_line(missing, tmp_
     line = result.stderr.splitlines()[-1]  # after TensorFlow's start-up notices, if it started
     assert line.endswith("this recipe runs on its kit, the keras-course-recipes package: pip "
                          "install it where this Python runs (its README says how).")
-    assert line.startswith("error: No module named 'recipes'" if missing == "the kit" else
-                           "error: cannot import name 'augment' from 'recipes'"), line
+    assert line.startswith("error: No module named 'keras_course_recipes'" if missing == "the kit"
+                           else "error: cannot import name 'augment' from "
+                           "'keras_course_recipes'"), line
 
 
 @pytest.mark.slow
@@ -153,10 +160,10 @@ REFUSED = [
 @pytest.mark.parametrize("module, item, message", REFUSED)
 def test_a_copied_recipe_refuses_what_the_repository_refuses_before_anything_is_written(
         module, item, message, tmp_path, monkeypatch, capsys):
-    """The copy's command line is recipes/runs.py's `main`, the checks of
-    `python -m recipes run`: one line, exit status 2, and no run directory."""
+    """The copy's command line is keras_course_recipes/runs.py's `main`, the checks of
+    `python -m keras_course_recipes run`: one line, exit status 2, and no run directory."""
     monkeypatch.chdir(tmp_path)
-    recipe = recipes.load(module)
+    recipe = kit.load(module)
     monkeypatch.setattr(sys, "argv", [f"{module}.py", "data.source=synthetic", item])
     with pytest.raises(SystemExit) as exit_:
         runs.main(module, recipe.CONFIG, recipe.run, getattr(recipe, "CONFIG_SCHEMA", None))
@@ -165,15 +172,15 @@ def test_a_copied_recipe_refuses_what_the_repository_refuses_before_anything_is_
     assert err.count("\n") == 1 and not list(tmp_path.glob("runs/*/*"))  # no run directory
 
 
-@pytest.mark.parametrize("module", recipes.MODULES)
+@pytest.mark.parametrize("module", kit.MODULES)
 def test_the_copy_and_the_repository_resolve_a_recipe_alike(module):
     """The same checks and the same values, the execution mode included:
     null is the backend's compiled step (on TensorFlow, graph)."""
-    recipe = recipes.load(module)
+    recipe = kit.load(module)
     copied_config = settings.resolve(
         module, {"data": settings.data_defaults(recipe.CONFIG["data"]), **settings.DEFAULTS},
         recipe.CONFIG, schema=getattr(recipe, "CONFIG_SCHEMA", None))
-    from recipes import _config
+    from keras_course_recipes import _config
 
     repository = _config.resolve(module, announce=lambda line: None)
     for section in ("data", "model", "train"):
@@ -188,14 +195,14 @@ KERAS_CALLS = ["keras.utils.set_random_seed(", "keras.mixed_precision.set_global
                "keras.callbacks.BackupAndRestore(", "keras.callbacks.CSVLogger(", "Timing("]
 
 
-@pytest.mark.parametrize("module", recipes.MODULES)
+@pytest.mark.parametrize("module", kit.MODULES)
 def test_every_call_a_student_would_copy_is_in_the_recipe_and_the_harness_is_not(module):
     source = (ROOT / "recipes" / f"{module}.py").read_text()
     assert [call for call in KERAS_CALLS if call not in source] == []
     imported = {node.module for node in ast.walk(ast.parse(source))
                 if isinstance(node, ast.ImportFrom)}
-    assert not {"recipes.harness", "recipes._config", "recipes._environment"} & imported
-    assert "harness" not in re.findall(r"from recipes import (\w+)", source)
+    assert not {"keras_course_recipes.harness", "keras_course_recipes._config", "keras_course_recipes._environment"} & imported
+    assert "harness" not in re.findall(r"from keras_course_recipes import (\w+)", source)
 
 
 def test_the_docs_list_the_files_a_copy_carries():
@@ -207,18 +214,18 @@ def test_the_docs_list_the_files_a_copy_carries():
 
 @pytest.mark.slow
 def test_a_copy_without_the_folder_module_says_to_copy_it(tmp_path, fresh_pythons):
-    """`copy` leaves recipes/folder.py out: it is for data.source=folder only."""
+    """`copy` leaves keras_course_recipes/folder.py out: it is for data.source=folder only."""
     folder = copied("mnist_mlp", tmp_path / "my_project")
     result = run_copy(fresh_pythons.bare, folder, "mnist_mlp", "data.source=folder",
                       f"data.path={tmp_path}")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert "reads image folders with recipes/folder.py: copy it" in result.stderr
+    assert "reads image folders with keras_course_recipes/folder.py: copy it" in result.stderr
 
 
 def test_two_copies_started_in_the_same_second_get_two_run_directories(tmp_path, monkeypatch):
     """A copy without run.dir takes runs/NAME/<date>-<time>, exclusively."""
     monkeypatch.chdir(tmp_path)
-    recipe = recipes.load("mnist_mlp")
+    recipe = kit.load("mnist_mlp")
     config = settings.resolve("mnist_mlp", {"data": settings.data_defaults(recipe.CONFIG["data"]),
                                         **settings.DEFAULTS}, recipe.CONFIG)
     first, second = runs.Run.open(config), runs.Run.open(config)
@@ -233,7 +240,7 @@ def test_an_interrupted_copy_says_to_run_again_with_its_run_dir(tmp_path, monkey
     """A copy has no run.resume: its note names the run.dir to give; before its first
     epoch, in a folder it made, nothing is kept and the same command starts over."""
     monkeypatch.chdir(tmp_path)
-    recipe = recipes.load("mnist_mlp")
+    recipe = kit.load("mnist_mlp")
     config = settings.resolve("mnist_mlp", {"data": settings.data_defaults(recipe.CONFIG["data"]),
                                         **settings.DEFAULTS}, recipe.CONFIG)
     with runs.Run.open(config) as run:
@@ -248,3 +255,17 @@ def test_an_interrupted_copy_says_to_run_again_with_its_run_dir(tmp_path, monkey
         assert run.saved_note().endswith(f"the same command with run.dir={run.dir} starts it "
                                          "again from the beginning.")
     assert run.dir.exists()
+
+
+@pytest.mark.slow
+def test_a_students_own_modules_beside_a_recipe_change_nothing(tmp_path, fresh_pythons):
+    """The kit once installed `recipes`, `models` and `callbacks`: a student's `models.py`
+    beside a copied recipe broke it with wrong advice. Each of these files fails if imported."""
+    for name in ("models.py", "callbacks.py", "recipes.py", "data.py", "utils.py",
+                 "models/__init__.py", "models/mlp.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(f"raise RuntimeError('the student\\'s own {name} was imported')\n")
+    shutil.copyfile(ROOT / "recipes" / "mnist_mlp.py", tmp_path / "mnist_mlp.py")
+    result = run_copy(fresh_pythons.kit, tmp_path, "mnist_mlp", *TINY_COPY)
+    assert result.returncode == 0 and "test: {" in result.stdout, result.stderr[-3000:]
+    assert "student" not in result.stderr

@@ -1,4 +1,4 @@
-"""`python -m recipes curves`: validation accuracy against wall time, from history.csv."""
+"""`python -m keras_course_recipes curves`: validation accuracy against wall time, from history.csv."""
 
 import csv
 
@@ -6,9 +6,9 @@ import pytest
 
 import numpy as np
 
-from recipes import rundir
-from recipes.errors import UserError
-from recipes.tools import curves as _curves
+from keras_course_recipes import rundir
+from keras_course_recipes.errors import UserError
+from keras_course_recipes.tools import curves as _curves
 
 
 def write_run(run_dir, epoch_seconds, accuracies):

@@ -7,11 +7,11 @@ import shlex
 import numpy as np
 import pytest
 
-import recipes
+import keras_course_recipes as kit
 from conftest import run_with
-from recipes import UserError, harness, rundir, runs
-from recipes import folder as rfolder
-from recipes.tools import curves
+from keras_course_recipes import UserError, harness, rundir, runs
+from keras_course_recipes import folder as rfolder
+from keras_course_recipes.tools import curves
 
 from test_data import write_folder
 from test_faults import StopAfterEpoch, interrupted_run
@@ -104,7 +104,7 @@ def test_resuming_the_latest_run_after_a_class_was_added_is_refused(tiny_config,
               "data.batch_size=4", "run.dir=null"]
     interrupted = tiny_config("mnist_mlp", *folder, "train.epochs=3")
     with pytest.raises(runs.Interrupted):
-        run_with(recipes.load("mnist_mlp"), interrupted, StopAfterEpoch(1))
+        run_with(kit.load("mnist_mlp"), interrupted, StopAfterEpoch(1))
     write_folder(tmp_path / "data", classes=("emu",))
 
     with pytest.raises(UserError, match="other weights than the one its backup holds"):

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-import recipes
-from recipes import UserError, _config, harness
-from recipes import data as rdata
-from recipes import folder as rfolder
+import keras_course_recipes as kit
+from keras_course_recipes import UserError, _config, harness
+from keras_course_recipes import data as rdata
+from keras_course_recipes import folder as rfolder
 
 
 def data_config(*overrides):
@@ -159,7 +159,7 @@ def test_tfds_without_data_or_network_fails_fast_with_advice(tmp_path, monkeypat
 
 @pytest.mark.slow
 def test_the_data_benchmark_times_the_recipe_pipeline(tmp_path, monkeypatch, capsys):
-    from recipes.tools import data_bench as _data_bench
+    from keras_course_recipes.tools import data_bench as _data_bench
 
     monkeypatch.chdir(tmp_path)  # runs/ is relative to where the command runs
     result = _data_bench.benchmark("cifar10_cnn", steps=5, overrides=[
@@ -172,7 +172,7 @@ def test_without_tensorflow_datasets_the_tfds_source_is_one_line(monkeypatch):
     """An optional part of the kit: its absence is one line, not a traceback."""
     import sys
 
-    from recipes import UserError, data
+    from keras_course_recipes import UserError, data
 
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # as if not installed
     with pytest.raises(UserError, match="data.source=tfds needs tensorflow-datasets, not "

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from recipes import UserError, _environment
-from recipes import folder as rfolder
+from keras_course_recipes import UserError, _environment
+from keras_course_recipes import folder as rfolder
 from test_data import write_folder
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from recipes import data as rdata
+from keras_course_recipes import data as rdata
 from test_data import data_config, write_folder
 
 # Run in a process of its own, whose peak resident memory (VmHWM) is this
@@ -21,7 +21,7 @@ from test_data import data_config, write_folder
 PEAK_COPIES = r"""
 import sys
 import numpy as np
-from recipes import data, folder
+from keras_course_recipes import data, folder
 
 source, count = sys.argv[1], int(sys.argv[2])
 shape = data.DATASETS["cifar10"][0]

@@ -10,8 +10,8 @@ import pytest
 
 from conftest import ROOT
 
-from models.densenet import VARIANTS, DenseBlock, TransitionBlock, densenet, densenet_variant
-from recipes.densenet_cifar100 import flip_averaged
+from keras_course_recipes.models.densenet import VARIANTS, DenseBlock, TransitionBlock, densenet, densenet_variant
+from keras_course_recipes.recipes.densenet_cifar100 import flip_averaged
 
 # Parameters for 10 classes, in millions (arXiv 1608.06993, Table 2).
 PAPER_PARAMS_M = {
@@ -156,7 +156,7 @@ def test_saved_model_loads_in_a_fresh_process(api, tmp_path):
     np.save(tmp_path / "images.npy", images)
     np.save(tmp_path / "expected.npy", model.predict(images, verbose=0))
     script = (
-        "import sys, numpy as np, keras; sys.path.insert(0, sys.argv[1]); import models.densenet; "
+        "import sys, numpy as np, keras; sys.path.insert(0, sys.argv[1]); import keras_course_recipes.models.densenet; "
         "m = keras.saving.load_model(sys.argv[2]); d = sys.argv[3]; "
         "np.testing.assert_allclose(m.predict(np.load(d + '/images.npy'), verbose=0), "
         "np.load(d + '/expected.npy'), rtol=1e-5); print('loaded', type(m).__name__)")

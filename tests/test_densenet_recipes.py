@@ -5,10 +5,10 @@ import keras
 import numpy as np
 import pytest
 
-import recipes
-from recipes import UserError, _config, harness
-from recipes import data as rdata
-from recipes.densenet_cifar100 import _schedule
+import keras_course_recipes as kit
+from keras_course_recipes import UserError, _config, harness
+from keras_course_recipes import data as rdata
+from keras_course_recipes.recipes.densenet_cifar100 import _schedule
 
 MODERN = _config.CONFIGS_DIR / "densenet_cifar100_modern.yaml"
 
@@ -19,7 +19,7 @@ def resolve(name, *overrides, files=()):
 
 def test_yaml_recipes_layer_over_their_module():
     paper, cifar10 = resolve("densenet_cifar100"), resolve("densenet_cifar10")
-    assert recipes.module_of("densenet_cifar10") == "densenet_cifar100"
+    assert kit.module_of("densenet_cifar10") == "densenet_cifar100"
     assert cifar10["recipe"] == "densenet_cifar10"
     assert (paper["data"]["name"], cifar10["data"]["name"]) == ("cifar100", "cifar10")
     # Everything else is the paper's protocol, from the module's YAML.
@@ -44,7 +44,7 @@ def test_modern_config_runs_by_name_or_through_config():
 def test_a_yaml_recipe_may_only_set_existing_keys(tmp_path, monkeypatch):
     monkeypatch.setattr(_config, "CONFIGS_DIR", tmp_path)
     (tmp_path / "typo.yaml").write_text("recipe: densenet_cifar100\ntrain:\n  warmup: 3\n")
-    monkeypatch.setattr(recipes, "CONFIGS_DIR", tmp_path)
+    monkeypatch.setattr(kit, "CONFIGS_DIR", tmp_path)
     with pytest.raises(UserError, match="Unknown config key 'train.warmup'.*Did you mean train.warmup_epochs"):
         resolve("typo")
 

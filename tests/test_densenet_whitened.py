@@ -10,13 +10,13 @@ import keras
 import numpy as np
 import pytest
 
-import recipes
-import models.densenet_whitened as whitened
-from models.densenet_whitened import (PartialIdentity, PatchWhitening, average_views,
+import keras_course_recipes as kit
+import keras_course_recipes.models.densenet_whitened as whitened
+from keras_course_recipes.models.densenet_whitened import (PartialIdentity, PatchWhitening, average_views,
                                       densenet_whitened, view_metrics)
-from recipes import UserError, harness, rundir
-from recipes import augment as raugment
-from recipes.densenet_cifar10_cpu import (CONFIG, ConvMuon, Lookahead, PiecewiseLinear, _optimizer,
+from keras_course_recipes import UserError, harness, rundir
+from keras_course_recipes import augment as raugment
+from keras_course_recipes.recipes.densenet_cifar10_cpu import (CONFIG, ConvMuon, Lookahead, PiecewiseLinear, _optimizer,
                                           orthogonalize)
 
 
@@ -236,7 +236,7 @@ def test_recipe_trains_saves_and_reloads(tiny_config, tmp_path, capsys, recwarn,
                          "train.lookahead_start_epoch=1", "train.lookahead_decay=0.9",
                          "train.validation_freq=2", "execution.precision=float32")
     built = []  # the recipe's Lookahead callbacks, to see the settings reach them
-    monkeypatch.setattr(recipes.densenet_cifar10_cpu, "Lookahead",
+    monkeypatch.setattr(kit.load("densenet_cifar10_cpu"), "Lookahead",
                         lambda **settings: built.append(Lookahead(**settings)) or built[-1])
     metrics = harness.train(config)
     assert [(b.start_epoch, b.decay) for b in built] == [(1, 0.9)]
@@ -288,7 +288,7 @@ def test_the_ablation_switches_change_what_they_name():
 def test_a_whitening_bias_trained_for_no_epoch_is_frozen(tiny_config, epochs):
     """With train.whitening_bias_epochs=0 nothing below the first convolution
     trains, so the training step has no gradient to compute there."""
-    from recipes.densenet_cifar10_cpu import build
+    from keras_course_recipes.recipes.densenet_cifar10_cpu import build
 
     experiment = build(tiny_config("densenet_cifar10_cpu", f"train.whitening_bias_epochs={epochs}",
                                    "execution.precision=float32"))

@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-import recipes
-from recipes import harness
-from callbacks.diagnostics import Diagnostics
+import keras_course_recipes as kit
+from keras_course_recipes import harness
+from keras_course_recipes.callbacks.diagnostics import Diagnostics
 
 pytestmark = pytest.mark.slow  # every test here trains
 

@@ -11,12 +11,12 @@ import sys
 import numpy as np
 import pytest
 
-import recipes
+import keras_course_recipes as kit
 from conftest import ROOT, TINY
-from recipes import UserError, _distribute, harness
-from recipes.tools import multiworker as _multiworker
+from keras_course_recipes import UserError, _distribute, harness
+from keras_course_recipes.tools import multiworker as _multiworker
 
-MODULES = sorted({recipes.module_of(name) for name in recipes.names()})
+MODULES = sorted({kit.module_of(name) for name in kit.names()})
 MIRRORED = ["execution.strategy=mirrored", "execution.devices=cpu:2"]
 
 
@@ -32,7 +32,7 @@ def one_step_weights(tiny_config, tmp_path, label, *overrides):
                          f"run.dir={tmp_path / label}", *overrides)
     strategy = harness.prepare(config)
     with strategy.scope():
-        experiment = recipes.load("mnist_mlp").build(config)
+        experiment = kit.load("mnist_mlp").build(config)
     experiment.strategy = strategy
     before = experiment.model.get_weights()
     experiment.model.fit(experiment.data.train, epochs=1, steps_per_epoch=1, verbose=0)
@@ -81,7 +81,7 @@ def test_a_split_smaller_than_a_batch_is_evaluated_whole_and_right_when_mirrored
                          "data.batch_size=128", f"run.dir={tmp_path / 'run'}")
     strategy = harness.prepare(config)
     with strategy.scope():
-        experiment = recipes.load("mnist_mlp").build(config)
+        experiment = kit.load("mnist_mlp").build(config)
     model, validation = experiment.model, experiment.data.validation
     labels = np.concatenate([y for _, y in validation])
     assert len(labels) == round(examples * 0.1) and len(labels) % 2 == 1
@@ -100,7 +100,7 @@ def test_bad_devices_are_user_errors(devices, tiny_config):
 
 
 def cli(*args, env=None, timeout=240):
-    return subprocess.run([sys.executable, "-m", "recipes", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "keras_course_recipes", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
@@ -118,14 +118,14 @@ def test_multi_worker_without_tf_config_is_a_one_line_error():
     assert ours[0].startswith("error: execution.strategy=multi_worker needs TF_CONFIG")
 
 
-# A worker of a multi-worker mnist_mlp run, as `python -m recipes run` trains
+# A worker of a multi-worker mnist_mlp run, as `python -m keras_course_recipes run` trains
 # it (through the harness), with one more callback where argv[2] names a step [epoch, batch]
 # (0-based): there the worker SIGKILLs itself, as a crash or `kill -9` would.
 WORKER = """
 import json, os, signal, sys
 import keras
-import recipes
-from recipes import _config, harness
+import keras_course_recipes as kit
+from keras_course_recipes import _config, harness
 
 overrides, kill_at = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 
@@ -231,7 +231,7 @@ except Exception as error:
 @pytest.mark.slow
 def test_keras_still_needs_the_multi_worker_workaround():
     """keras-team/keras#20585: when this fails, Keras trains with the plain
-    strategy; drop recipes._distribute.MultiWorkerStrategy."""
+    strategy; drop keras_course_recipes._distribute.MultiWorkerStrategy."""
     cluster = [f"localhost:{port}" for port in _multiworker.free_ports(2)]
     workers = [subprocess.Popen(
         [sys.executable, "-c", PLAIN_STRATEGY_WORKER], cwd=ROOT, text=True,

@@ -2,8 +2,8 @@
 document the code list what it has, and every command they show runs.
 
 A command shown is a line of a ```sh block that starts with `make` or
-`python -m recipes`, or an inline `make ... NAME=...` or
-`python -m recipes COMMAND RECIPE ...` in the prose. `make` expands it through
+`python -m keras_course_recipes`, or an inline `make ... NAME=...` or
+`python -m keras_course_recipes COMMAND RECIPE ...` in the prose. `make` expands it through
 the Makefile itself (with `PY` standing in for Python), so that a target and
 its variables are checked as a reader would type them.
 """
@@ -21,14 +21,14 @@ import sys
 
 import pytest
 
-import recipes
+import keras_course_recipes as kit
 from conftest import ROOT, TINY, TINY_MODEL, measure_tensorflow_modes_here
-from recipes import __main__ as cli, harness
-from recipes import _config, _environment
-from recipes.tools import compare as _compare
-from recipes.tools import memory as _memory
-from recipes.tools import notebooks as _notebooks
-from recipes.tools.sweep import parse_grid
+from keras_course_recipes import __main__ as cli, harness
+from keras_course_recipes import _config, _environment
+from keras_course_recipes.tools import compare as _compare
+from keras_course_recipes.tools import memory as _memory
+from keras_course_recipes.tools import notebooks as _notebooks
+from keras_course_recipes.tools.sweep import parse_grid
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^ *```(\w*)\n(.*?)^ *```", re.MULTILINE | re.DOTALL)
@@ -137,7 +137,7 @@ def test_the_metrics_tables_list_every_field_a_run_writes(tiny_config):
 def test_the_readmes_recipe_table_lists_every_recipe_and_no_other():
     table, = tables(ROOT / "README.md", "## Recipes")
     listed = [row[0].strip("`") for row in table]
-    assert sorted(listed) == sorted(recipes.names())
+    assert sorted(listed) == sorted(kit.names())
 
 
 def layout_block():
@@ -147,9 +147,9 @@ def layout_block():
 
 def test_the_layout_names_every_module_and_callback():
     layout = layout_block()
-    helpers = [path.stem.lstrip("_") for path in (ROOT / "recipes").glob("_*.py")
+    helpers = [path.stem.lstrip("_") for path in (ROOT / "keras_course_recipes").glob("_*.py")
                if not path.stem.startswith("__")]
-    tools = [path.stem for path in (ROOT / "recipes" / "tools").glob("*.py")
+    tools = [path.stem for path in (ROOT / "keras_course_recipes" / "tools").glob("*.py")
              if path.stem != "__init__"]
     public = ["runs", "data", "folder", "augment", "harness"]
     builders = [path.stem for path in (ROOT / "models").glob("*.py") if path.stem != "__init__"]
@@ -172,10 +172,10 @@ NOT_RECIPE_COMMANDS = {"setup", "test", "test-fast", "tensorboard", "battery", "
 
 
 def not_run(words):
-    """Whether a shown command is one of NOT_RECIPE_COMMANDS, as make or python -m recipes."""
+    """Whether a shown command is one of NOT_RECIPE_COMMANDS, as make or python -m keras_course_recipes."""
     words = list(words)  # all_commands() gives tuples, which never equal a list
     return ((words[0] == "make" and words[1] in NOT_RECIPE_COMMANDS)
-            or (words[:3] == ["python", "-m", "recipes"] and words[3] in NOT_RECIPE_COMMANDS)
+            or (words[:3] == ["python", "-m", "keras_course_recipes"] and words[3] in NOT_RECIPE_COMMANDS)
             or (words[0] == "recipes" and words[1] in NOT_RECIPE_COMMANDS))
 # What `make` passes to Python stands in for the interpreter: it prints the
 # arguments, one JSON list per line.
@@ -189,20 +189,20 @@ def shown_commands(page):
         if match[1] == "sh":
             for line in match[2].replace("\\\n", " ").splitlines():
                 words = shlex.split(line, comments=True)
-                if words[:1] in (["make"], ["recipes"]) or words[:3] == ["python", "-m", "recipes"]:
+                if words[:1] in (["make"], ["recipes"]) or words[:3] == ["python", "-m", "keras_course_recipes"]:
                     yield words  # `recipes`: the command the installed kit adds
-    for span in re.findall(r"`((?:make|python -m recipes) [^`]*)`", FENCE.sub("", text)):
+    for span in re.findall(r"`((?:make|python -m keras_course_recipes) [^`]*)`", FENCE.sub("", text)):
         words = shlex.split(span)
         names_a_recipe = (any(word.startswith("NAME=") for word in words)
-                          or words[:3] == ["python", "-m", "recipes"] and len(words) > 4
-                          and words[4] in recipes.names())
+                          or words[:3] == ["python", "-m", "keras_course_recipes"] and len(words) > 4
+                          and words[4] in kit.names())
         if names_a_recipe and "..." not in span:
             yield words
 
 
 @functools.cache
 def expand(words):
-    """The `python -m recipes` arguments a shown command runs: a list of lists."""
+    """The `python -m keras_course_recipes` arguments a shown command runs: a list of lists."""
     if words[0] == "python":
         return [list(words[3:])]
     if words[0] == "recipes":
@@ -227,7 +227,7 @@ def test_the_pages_show_commands_the_search_finds():
 @pytest.mark.slow  # `make` expands the commands
 @pytest.mark.parametrize("page", PAGES, ids=page_id)
 def test_every_shown_command_resolves_as_the_command_line_would(page, monkeypatch):
-    """Each command through `python -m recipes`' own `main`, up to the call of
+    """Each command through `python -m keras_course_recipes`' own `main`, up to the call of
     its tool: the make target, the recipe, the options and the overrides."""
     reached = []
     patched = {name: dataclasses.replace(command, run=lambda **arguments: reached.append(arguments))
@@ -265,17 +265,17 @@ RUN_ELSEWHERE = {
         "make recipe NAME=cifar10_cnn 'ARGS=execution.backend=jax execution.mode=eager'",
         "make recipe NAME=densenet_cifar10_wide 'ARGS=execution.backend=jax "
         "data.augment_on=device data.augment_engine=keras'",
-        "python -m recipes run densenet_cifar10_wide execution.backend=jax data.source=folder "
+        "python -m keras_course_recipes run densenet_cifar10_wide execution.backend=jax data.source=folder "
         "data.path=DATA data.augment_engine=keras",
-        "python -m recipes run densenet_cifar10_95 execution.backend=jax data.source=folder "
+        "python -m keras_course_recipes run densenet_cifar10_95 execution.backend=jax data.source=folder "
         "data.path=DATA execution.seed=0 train.optimizer=sgd train.schedule=triangle "
         "train.epochs=17 'data.augment=[flip, {pad_crop: {padding: 2, fill: reflect}}]'",
-        "python -m recipes run densenet_cifar10_cpu execution.backend=jax data.source=folder "
+        "python -m keras_course_recipes run densenet_cifar10_cpu execution.backend=jax data.source=folder "
         "data.path=DATA",
-        "python -m recipes run fashion_mnist_cnn execution.backend=jax data.source=folder "
+        "python -m keras_course_recipes run fashion_mnist_cnn execution.backend=jax data.source=folder "
         "data.path=DATA",
         "make recipe NAME=mnist_mlp 'ARGS=execution.backend=jax data.source=folder data.path=DATA'",
-        "python -m recipes run mnist_mlp execution.backend=jax data.source=folder data.path=DATA",
+        "python -m keras_course_recipes run mnist_mlp execution.backend=jax data.source=folder data.path=DATA",
     ], "tests/test_jax_backend.py::test_every_portable_recipe_trains_on_jax"),
     # PyTorch's own step needs the user's airbench94_muon.py; the test runs a stand-in.
     **dict.fromkeys([
@@ -331,7 +331,7 @@ def tiny(argv):
         return argv
     command, name, *items = argv
     epochs = [int(item.split("=")[1]) for item in items if item.startswith("train.epochs=")]
-    more = [*TINY, *TINY_MODEL.get(recipes.module_of(name), []), *TINY_OPTIONS.get(command, [])]
+    more = [*TINY, *TINY_MODEL.get(kit.module_of(name), []), *TINY_OPTIONS.get(command, [])]
     if epochs and any(item.startswith(("run.dir=", "run.resume=")) for item in items):
         more.append(f"train.epochs={min(epochs[-1], KEEP_EPOCHS_UP_TO)}")
     validation_freq = [int(item.split("=")[1]) for item in items
@@ -344,7 +344,7 @@ def tiny(argv):
         more.append(modes.split(",")[0])
     if command == "compare-sizes":
         shown = [parse_grid(item[5:], "size=") for item in items if item.startswith("size=")]
-        key, values = shown[-1] if shown else _compare.SIZES[recipes.module_of(name)]
+        key, values = shown[-1] if shown else _compare.SIZES[kit.module_of(name)]
         timed = values[:2] if name == SIZES_TIMED_TWICE else values[:1]
         more.append(f"size={key}={json.dumps(timed)}")
         if key == "data.batch_size":
@@ -383,7 +383,7 @@ def what_runs(argv):
     try:
         config = _config.resolve(args.name, args.config_files, overrides,
                                  announce=lambda line: None)
-    except recipes.UserError:  # the run says why, as the command line would
+    except kit.UserError:  # the run says why, as the command line would
         return shlex.join(argv)
     return json.dumps([command.name, arguments, options, config], sort_keys=True, default=str)
 
@@ -442,10 +442,10 @@ def on_other_backend(argv):
 
 
 # Runs the command lines in argv[1], a JSON list, one after the other, each
-# as `python -m recipes` runs it: one process pays the backend's start-up once.
+# as `python -m keras_course_recipes` runs it: one process pays the backend's start-up once.
 ON_OTHER_BACKEND = """
 import json, sys
-from recipes.__main__ import main
+from keras_course_recipes.__main__ import main
 for argv in json.loads(sys.argv[1]):
     assert main(argv) == 0, argv
 """
@@ -510,7 +510,7 @@ def recipe_file_commands():
     for page in PAGES:
         for line in shown_lines(page):
             match = FILE_COMMAND.match(line)
-            if match and "..." not in line and match[2][:-3] in recipes.MODULES:
+            if match and "..." not in line and match[2][:-3] in kit.MODULES:
                 words = shlex.split(match[3] or "", comments=True)
                 found.setdefault((match[1], match[2], tuple(words)), page.name)
     return found

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-import recipes
+import keras_course_recipes as kit
 from conftest import ROOT, TINY
-from recipes import UserError, _environment, harness
+from keras_course_recipes import UserError, _environment, harness
 
 
 def test_a_setting_tensorflow_started_without_is_refused(tiny_config, monkeypatch):
@@ -38,7 +38,7 @@ def test_the_setting_tensorflow_started_with_is_accepted(tiny_config, monkeypatc
 def test_the_command_line_sets_it_before_tensorflow_starts(tmp_path):
     environment = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
     result = subprocess.run(
-        [sys.executable, "-m", "recipes", "run", "mnist_mlp",
+        [sys.executable, "-m", "keras_course_recipes", "run", "mnist_mlp",
          *[item for item in TINY if not item.startswith("execution.onednn")],
          "execution.onednn=true", f"run.dir={tmp_path}"],
         cwd=ROOT, capture_output=True, text=True, timeout=180, env=environment)

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import recipes
+import keras_course_recipes as kit
 from conftest import ROOT, TINY
-from recipes import UserError, _config, harness, rundir, runs
-from recipes import folder as rfolder
-from recipes.tools import soak as _soak
+from keras_course_recipes import UserError, _config, harness, rundir, runs
+from keras_course_recipes import folder as rfolder
+from keras_course_recipes.tools import soak as _soak
 
 from test_data import write_folder
 from test_resume import RecordStartingState, fit_with
@@ -43,7 +43,7 @@ def history_epochs(run_dir):
 def interrupted_run(tiny_config, epochs_done=3):
     """An mnist_mlp run of 5 epochs, killed after `epochs_done`."""
     with pytest.raises(runs.Interrupted):
-        fit_with(recipes.load("mnist_mlp"), tiny_config("mnist_mlp", "train.epochs=5"),
+        fit_with(kit.load("mnist_mlp"), tiny_config("mnist_mlp", "train.epochs=5"),
                  StopAfterEpoch(epochs_done))
 
 
@@ -66,7 +66,7 @@ def test_a_damaged_latest_backup_resumes_from_the_previous_epoch(damage, tiny_co
     else:
         weights.write_bytes(weights.read_bytes())  # rewritten after the metadata
     probe = RecordStartingState()
-    metrics = fit_with(recipes.load("mnist_mlp"), tiny_config("mnist_mlp", "train.epochs=5"), probe)
+    metrics = fit_with(kit.load("mnist_mlp"), tiny_config("mnist_mlp", "train.epochs=5"), probe)
     assert "repaired:" in capsys.readouterr().out
     assert probe.iterations == 2 * 2  # the previous state: 2 epochs of 2 steps
     assert history_epochs(tmp_path / "run") == [0, 1, 2, 3, 4]  # each epoch once
@@ -89,7 +89,7 @@ def test_a_kill_during_the_first_backup_starts_the_run_over(tiny_config, tmp_pat
     interrupted_run(tiny_config, epochs_done=1)
     (tmp_path / "run" / "backup" / "latest.weights.h5").write_bytes(b"")
     probe = RecordStartingState()
-    fit_with(recipes.load("mnist_mlp"), tiny_config("mnist_mlp", "train.epochs=2"), probe)
+    fit_with(kit.load("mnist_mlp"), tiny_config("mnist_mlp", "train.epochs=2"), probe)
     assert "starting this run from the beginning" in capsys.readouterr().out
     assert probe.iterations == 0
     assert history_epochs(tmp_path / "run") == [0, 1]
@@ -128,7 +128,7 @@ def test_a_loss_a_thousandfold_over_its_lowest_is_warned_about_once(tiny_config,
 def test_a_diverging_run_exits_with_one_line_and_is_not_finished(tmp_path):
     run_dir = tmp_path / "run"
     result = subprocess.run(
-        [sys.executable, "-m", "recipes", "run", "mnist_mlp", *TINY, "train.lr=1e30",
+        [sys.executable, "-m", "keras_course_recipes", "run", "mnist_mlp", *TINY, "train.lr=1e30",
          f"run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 3, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
@@ -198,7 +198,7 @@ def test_the_soak_kills_and_resumes_a_run_to_its_end(tmp_path):
 @pytest.mark.slow
 def test_a_finished_run_trains_further_when_train_epochs_is_raised(tiny_config, tmp_path, capsys):
     """The tf.function lesson's workflow: an eager epoch to debug, then on as a graph."""
-    recipe = recipes.load("mnist_mlp")
+    recipe = kit.load("mnist_mlp")
     first = harness.train(tiny_config("mnist_mlp", "train.epochs=1", "execution.mode=eager"))
     probe = RecordStartingState()
     with pytest.raises(UserError, match="finished run of 1 epochs.*Raise train.epochs above 1"):

@@ -6,11 +6,9 @@ import pytest
 import tensorflow as tf
 
 from conftest import output_and_gradients
-from models.densenet_whitened import FusedActivation
-from recipes.augment import network_of
-import recipes
-
-
+from keras_course_recipes.models.densenet_whitened import FusedActivation
+from keras_course_recipes.augment import network_of
+import keras_course_recipes as kit
 @pytest.mark.parametrize("activation", ["gelu", "relu", "tanh"])
 def test_it_computes_keras_activation_and_its_gradient(activation):
     x = tf.constant(np.random.default_rng(0).normal(scale=3, size=(2, 5, 5, 3)), tf.float32)
@@ -46,6 +44,6 @@ def test_it_survives_saving(tmp_path):
                                          ("false", keras.layers.Activation)])
 def test_densenet_cifar10_cpu_builds_the_activation_its_config_names(fused, kind, tiny_config):
     config = tiny_config("densenet_cifar10_cpu", f"model.fused_activation={fused}")
-    model = network_of(recipes.load("densenet_cifar10_cpu").build(config).model)
+    model = network_of(kit.load("densenet_cifar10_cpu").build(config).model)
     gelus = [layer for layer in model.layers if layer.name.endswith("_gelu")]
     assert len(gelus) == 7 and all(type(layer) is kind for layer in gelus)

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import recipes
-from models.rnn import PythonLoopLSTM, row_lstm
-from recipes import graph_lessons, harness
+import keras_course_recipes as kit
+from keras_course_recipes.models.rnn import PythonLoopLSTM, row_lstm
+from keras_course_recipes import harness
+from keras_course_recipes.recipes import graph_lessons
 
 
 # Traces per case: docs/tf-function.md, lesson 1.

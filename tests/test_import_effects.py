@@ -28,8 +28,12 @@ import importlib, json, pkgutil
 for library in sys.argv[1:]:
     importlib.import_module(library)
 before = snapshot()
-for package in ("recipes", "models", "callbacks"):
-    for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
+package = importlib.import_module("keras_course_recipes")
+for info in pkgutil.walk_packages(package.__path__, "keras_course_recipes."):
+    importlib.import_module(info.name)
+for subpackage in ("recipes", "models", "callbacks"):  # mapped from folders of their own
+    found = importlib.import_module("keras_course_recipes." + subpackage)
+    for info in pkgutil.walk_packages(found.__path__, found.__name__ + "."):
         importlib.import_module(info.name)
 after = snapshot()
 print(json.dumps({key: [before[key], after[key]] for key in before if before[key] != after[key]}))
@@ -37,13 +41,13 @@ print(json.dumps({key: [before[key], after[key]] for key in before if before[key
 START_AND_MAIN = SNAPSHOT + """
 import importlib, json
 from types import SimpleNamespace
-from recipes import errors, runs
+from keras_course_recipes import errors, runs
 before = snapshot()
-runs.start("recipes.mnist_mlp")  # imported, not run: nothing changes
+runs.start("keras_course_recipes.recipes.mnist_mlp")  # imported, not run: nothing changes
 imported = snapshot()
 runs.start("__main__")
 started = signal.getsignal(signal.SIGINT) is errors.latch and sys.excepthook is not sys.__excepthook__
-recipe = importlib.import_module("recipes.mnist_mlp")
+recipe = importlib.import_module("keras_course_recipes.recipes.mnist_mlp")
 sys.argv = ["mnist_mlp.py", "data.source=synthetic", "run.verbose=0"]
 runs.main("mnist_mlp", recipe.CONFIG, lambda config, run_dir, **ignored: SimpleNamespace(test={}))
 after = snapshot()

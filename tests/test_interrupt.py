@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY
-from recipes import __main__ as cli
-from recipes import errors, harness, rundir, runs
+from keras_course_recipes import __main__ as cli
+from keras_course_recipes import errors, harness, rundir, runs
 
 
 @pytest.mark.slow
 def test_an_interrupt_before_the_first_epoch_says_nothing_was_saved(tmp_path):
     run_dir = tmp_path / "run"
     process = subprocess.Popen(
-        [sys.executable, "-m", "recipes", "run", "mnist_mlp", *TINY, "train.steps_per_epoch=100000",
+        [sys.executable, "-m", "keras_course_recipes", "run", "mnist_mlp", *TINY, "train.steps_per_epoch=100000",
          "data.synthetic_examples=256", f"run.dir={run_dir}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in process.stdout:
@@ -211,7 +211,7 @@ def test_a_ctrl_c_python_dropped_before_training_still_stops_the_run(tiny_config
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["python -m recipes", "a copied recipe"])
+@pytest.mark.parametrize("how", ["python -m keras_course_recipes", "a copied recipe"])
 def test_a_ctrl_c_while_keras_loads_is_one_line(how, tmp_path, fresh_pythons):
     """A copied recipe stopped while `import keras` ran printed a 24 to 49 line
     KeyboardInterrupt traceback."""
@@ -222,7 +222,7 @@ def test_a_ctrl_c_while_keras_loads_is_one_line(how, tmp_path, fresh_pythons):
         shutil.copyfile(ROOT / "recipes" / "mnist_mlp.py", tmp_path / "mnist_mlp.py")
         command = [str(fresh_pythons.kit), "mnist_mlp.py"]
     else:
-        command = [sys.executable, "-m", "recipes", "run", "mnist_mlp", "execution.onednn=null"]
+        command = [sys.executable, "-m", "keras_course_recipes", "run", "mnist_mlp", "execution.onednn=null"]
     # As a terminal starts it: Ctrl-C's default action (pytest-xdist's workers ignore SIGINT,
     # and a child inherits that).
     process = subprocess.Popen([*command, *[item for item in TINY if "onednn" not in item],

@@ -5,7 +5,7 @@ the recipes still train on JAX.
 
 Keras reads its backend once per process, and this test process runs
 TensorFlow's: what trains on JAX runs in a process of its own, started as a
-user starts it (`python -m recipes`), or a driver that runs several recipes
+user starts it (`python -m keras_course_recipes`), or a driver that runs several recipes
 in one process, to pay JAX's start-up once.
 """
 
@@ -25,25 +25,25 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-import recipes
+import keras_course_recipes as kit
 from conftest import ROOT, TINY, TINY_MODEL
-from recipes import UserError, _config, _environment, harness
-from recipes import data as rdata
-from recipes import folder as rfolder
-from recipes import augment as raugment
-from recipes.__main__ import main
-from recipes.data import ArrayBatches
+from keras_course_recipes import UserError, _config, _environment, harness
+from keras_course_recipes import data as rdata
+from keras_course_recipes import folder as rfolder
+from keras_course_recipes import augment as raugment
+from keras_course_recipes.__main__ import main
+from keras_course_recipes.data import ArrayBatches
 from test_data import write_folder
 
 JAX_ENV = {**os.environ, "KERAS_BACKEND": "jax"}
-PORTABLE_MODULES = sorted(set(recipes.MODULES) - set(_config.TENSORFLOW_ONLY_RECIPES))
+PORTABLE_MODULES = sorted(set(kit.MODULES) - set(_config.TENSORFLOW_ONLY_RECIPES))
 
 # Runs recipes on JAX in one process: argv[1] is a JSON list of [label,
 # name, overrides]; the metrics of each go to the JSON file argv[2].
 DRIVER = """
 import json, sys
-import recipes
-from recipes import _config, harness
+import keras_course_recipes as kit
+from keras_course_recipes import _config, harness
 results = {}
 for label, name, overrides in json.loads(sys.argv[1]):
     config = _config.resolve(name, overrides=overrides, announce=lambda line: None)
@@ -63,7 +63,7 @@ def run_on_jax(runs, tmp_path):
 
 def tiny(name, tmp_path, *overrides):
     """A tiny JAX run of recipe `name`, in its own run directory."""
-    return [*TINY, *TINY_MODEL.get(recipes.module_of(name), []), "execution.backend=jax",
+    return [*TINY, *TINY_MODEL.get(kit.module_of(name), []), "execution.backend=jax",
             f"run.dir={tmp_path / name}", *overrides]
 
 
@@ -93,7 +93,7 @@ README_RUNS = {
 
 def test_every_portable_module_trains_on_jax_below():
     assert sorted(ON_JAX) == PORTABLE_MODULES
-    assert all(recipes.module_of(name) == module for module, names in ON_JAX.items()
+    assert all(kit.module_of(name) == module for module, names in ON_JAX.items()
                for name in names)
 
 
@@ -140,7 +140,7 @@ def test_on_jax_a_recipe_learns_eagerly_and_jitted(tmp_path):
 AUGMENTED_STEP = """
 import json
 import keras, numpy as np
-from recipes.augment import AugmentedModel, augmentation
+from keras_course_recipes.augment import AugmentedModel, augmentation
 
 augment = augmentation(["pad_crop", "flip", "cutmix"], seed=0, engine="keras", on="device")
 inputs = keras.Input((8, 8, 3))
@@ -198,7 +198,7 @@ def test_a_run_resumed_on_the_other_backend_is_refused_in_one_line(tiny_config, 
     before = {path: path.read_bytes() for path in run_dir.rglob("*")
               if path.is_file() and path.name != ".lock"}
     result = subprocess.run(
-        [sys.executable, "-m", "recipes", "run", "mnist_mlp",
+        [sys.executable, "-m", "keras_course_recipes", "run", "mnist_mlp",
          *tiny("mnist_mlp", tmp_path, "train.steps_per_epoch=4", f"run.dir={run_dir}")],
         cwd=ROOT, env=JAX_ENV, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr[-3000:]
@@ -303,7 +303,7 @@ def python_without_tensorflow(tmp_path):
 # ArrayBatches themselves and drop `rdata.images`' array.
 ADAPT_WITHOUT_TENSORFLOW = """
 import keras, numpy as np
-from recipes.data import ArrayBatches
+from keras_course_recipes.data import ArrayBatches
 batches = ArrayBatches(np.zeros((8, 4, 4, 3), np.uint8), np.zeros(8, np.int64), 4)
 try:
     keras.layers.Normalization().adapt(batches)
@@ -330,7 +330,7 @@ def test_without_tensorflow_a_recipe_decodes_a_folder_and_trains_on_jax(tmp_path
                                  rng.integers(0, 256, size=(*size, 3), dtype=np.uint8))
 
     def run(*args):
-        return subprocess.run([str(python), "-m", "recipes", *args], cwd=ROOT,
+        return subprocess.run([str(python), "-m", "keras_course_recipes", *args], cwd=ROOT,
                               capture_output=True, text=True, timeout=300)
 
     folder = ["data.source=folder", f"data.path={tmp_path / 'images'}"]

@@ -1,15 +1,15 @@
-"""The layout keeps its lists true: `recipes.MODULES` names the recipe
+"""The layout keeps its lists true: `kit.MODULES` names the recipe
 modules in the folder, and the command table of docs/configuration.md names
-the commands of `python -m recipes`, each with the options its tool declares."""
+the commands of `python -m keras_course_recipes`, each with the options its tool declares."""
 
 import ast
 import re
 
 import pytest
 
-import recipes
+import keras_course_recipes as kit
 from conftest import ROOT
-from recipes.__main__ import commands, main
+from keras_course_recipes.__main__ import commands, main
 
 COMMANDS = commands()
 
@@ -23,8 +23,8 @@ def test_modules_names_every_recipe_module_and_nothing_else():
     with_build_and_run = {path.stem for path in (ROOT / "recipes").glob("*.py")
                           if {"build", "run"} <= _top_level_functions(path)}
     assert with_build_and_run, "no module with build and run found: the search is broken"
-    assert set(recipes.MODULES) == with_build_and_run
-    assert len(recipes.MODULES) == len(set(recipes.MODULES))
+    assert set(kit.MODULES) == with_build_and_run
+    assert len(kit.MODULES) == len(set(kit.MODULES))
 
 
 def _readme_commands():
@@ -32,7 +32,7 @@ def _readme_commands():
     reference = (ROOT / "docs" / "configuration.md").read_text()
     section = reference.split("\n## Command line\n")[1].split("\n## ")[0]
     return {match[1]: match[0] for match in
-            re.finditer(r"^\| `python -m recipes ([\w-]+).*$", section, re.MULTILINE)}
+            re.finditer(r"^\| `python -m keras_course_recipes ([\w-]+).*$", section, re.MULTILINE)}
 
 
 def test_the_readme_table_lists_every_command_and_no_other():

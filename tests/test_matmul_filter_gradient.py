@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import recipes
+import keras_course_recipes as kit
 from conftest import output_and_gradients
-from models.densenet_whitened import MatmulFilterGradientConv2D, densenet_whitened
-from recipes.augment import network_of
+from keras_course_recipes.models.densenet_whitened import MatmulFilterGradientConv2D, densenet_whitened
+from keras_course_recipes.augment import network_of
 
 
 @pytest.mark.parametrize("kernel_size, dtype",
@@ -67,6 +67,6 @@ def test_the_network_uses_it_on_small_maps_only_and_saves_it(tmp_path):
 @pytest.mark.parametrize("setting, small_maps", [("true", 3), ("false", 0)])
 def test_densenet_cifar10_cpu_builds_what_its_config_names(setting, small_maps, tiny_config):
     config = tiny_config("densenet_cifar10_cpu", f"model.matmul_filter_gradient={setting}")
-    model = network_of(recipes.load("densenet_cifar10_cpu").build(config).model)
+    model = network_of(kit.load("densenet_cifar10_cpu").build(config).model)
     layers = [layer for layer in model.layers if isinstance(layer, MatmulFilterGradientConv2D)]
     assert len(layers) == small_maps

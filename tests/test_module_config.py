@@ -1,5 +1,5 @@
 """CONFIG is Python: whatever a student writes there trains with its value, from
-a recipe file (`runs.main`) and from `python -m recipes` (`_config.resolve`);
+a recipe file (`runs.main`) and from `python -m keras_course_recipes` (`_config.resolve`);
 a misspelt key or a value of the wrong type is still one line."""
 
 import shutil
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import ROOT
-from recipes import UserError, _config, runs
+from keras_course_recipes import UserError, _config, runs
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ def package(tmp_path, monkeypatch):
     """A copy of recipes/ that the test may edit, in the place of the real one."""
     copy = tmp_path / "recipes"
     shutil.copytree(ROOT / "recipes", copy)
-    monkeypatch.setattr(_config, "PACKAGE_DIR", copy)
+    monkeypatch.setattr(_config, "RECIPES_DIR", copy)
     return copy
 
 

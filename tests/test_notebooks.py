@@ -11,10 +11,10 @@ import nbclient
 import nbformat
 import pytest
 
-import recipes
+import keras_course_recipes as kit
 from conftest import ROOT
-from recipes import UserError, rundir
-from recipes.tools import notebooks
+from keras_course_recipes import UserError, rundir
+from keras_course_recipes.tools import notebooks
 
 from test_copy import copied
 
@@ -23,7 +23,7 @@ TINY_CONFIG = ('CONFIG["data"].update(source="synthetic", synthetic_examples=64,
                'CONFIG["train"].update(epochs=1, steps_per_epoch=2)\n')
 
 
-@pytest.mark.parametrize("module", recipes.MODULES)
+@pytest.mark.parametrize("module", kit.MODULES)
 def test_each_notebook_is_its_recipe_rendered_now(module):
     written = (ROOT / "notebooks" / f"{module}.ipynb").read_text()
     assert written == notebooks.text(module), "stale: run `make notebooks`"
@@ -62,7 +62,7 @@ def test_make_notebooks_never_loses_an_edit(tmp_path, capsys):
     assert f"{edited} is not the notebook this command wrote (edited or run?): kept as " \
            f"{edited}.bak" in capsys.readouterr().out
     assert [path.name for path in tmp_path.glob("*.bak")] == ["mnist_mlp.ipynb.bak"]
-    for module in recipes.MODULES:
+    for module in kit.MODULES:
         assert (tmp_path / f"{module}.ipynb").read_text() == notebooks.text(module)
 
     # A second edit, where the first's backup is: refused, and nothing is written.
@@ -163,12 +163,12 @@ def test_pasted_into_a_cell_it_trains_and_percent_run_takes_key_value(tmp_path):
 def test_an_installed_kit_writes_its_notebooks_where_it_is_run_never_into_the_package(
         tmp_path, monkeypatch, capsys):
     """From a wheel, `recipes notebooks` wrote seven notebooks into site-packages/notebooks/."""
-    from recipes.__main__ import main
+    from keras_course_recipes.__main__ import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(notebooks, "checkout", lambda: None)  # as from an installed wheel
     assert main(["notebooks"]) == 0
     assert sorted(path.name for path in (tmp_path / "notebooks").iterdir()) == sorted(
-        f"{module}.ipynb" for module in recipes.MODULES)
+        f"{module}.ipynb" for module in kit.MODULES)
     assert main(["notebooks", "--dir", "mine"]) == 0
     assert (tmp_path / "mine" / "mnist_mlp.ipynb").is_file()

@@ -8,20 +8,22 @@ import zipfile
 
 import pytest
 
-import recipes
+import keras_course_recipes as kit
 from conftest import ROOT, kit_source
 
 
 @pytest.mark.slow  # pip builds the wheel in a process
 def test_the_wheel_holds_the_kit_and_the_yaml_recipes(fresh_pythons):
     names = zipfile.ZipFile(fresh_pythons.wheel).namelist()
-    for path in ("recipes/runs.py", "recipes/settings.py", "recipes/rundir.py", "recipes/errors.py",
-                 "recipes/mnist_mlp.py", "recipes/tools/compare.py", "models/mlp.py",
-                 "callbacks/timing.py", "recipes/configs/densenet_cifar10_95.yaml"):
-        assert path in names, path
-    assert not [name for name in names if name.startswith(("tests/", "notebooks/", "docs/"))]
+    for path in ("runs.py", "settings.py", "rundir.py", "errors.py", "tools/compare.py",
+                 "recipes/mnist_mlp.py", "models/mlp.py", "callbacks/timing.py",
+                 "configs/densenet_cifar10_95.yaml"):
+        assert f"keras_course_recipes/{path}" in names, path
+    # One top-level import package, the project's own: no `recipes`, `models` or `callbacks`.
+    assert {name.split("/")[0] for name in names if not name.split("/")[0].endswith(
+        ".dist-info")} == {"keras_course_recipes"}
     entry_points = next(name for name in names if name.endswith("entry_points.txt"))
-    assert "recipes = recipes.__main__:entry_point" in zipfile.ZipFile(
+    assert "recipes = keras_course_recipes.__main__:entry_point" in zipfile.ZipFile(
         fresh_pythons.wheel).read(entry_points).decode()
 
 
@@ -32,7 +34,7 @@ def recipes_command(python, *args, cwd):
 
 @pytest.mark.slow
 def test_the_recipes_command_of_the_wheel_works_from_any_folder(fresh_pythons, tmp_path):
-    """`python -m recipes` said `No module named recipes` outside the checkout."""
+    """`python -m keras_course_recipes` said `No module named recipes` outside the checkout."""
     listed = recipes_command(fresh_pythons.kit, "list", cwd=tmp_path)
     assert listed.returncode == 0 and "densenet_cifar10_95" in listed.stdout, listed.stderr
     shown = recipes_command(fresh_pythons.kit, "show", "densenet_cifar10_95", cwd=tmp_path)
@@ -40,22 +42,22 @@ def test_the_recipes_command_of_the_wheel_works_from_any_folder(fresh_pythons, t
     refused = recipes_command(fresh_pythons.kit, "run", "mnist_mpl", cwd=tmp_path)
     assert refused.returncode == 2 and refused.stderr.startswith("error: Unknown recipe 'mnist_mpl'.")
     version = recipes_command(fresh_pythons.kit, "--version", cwd=tmp_path)
-    assert version.stdout == f"keras-course-recipes {recipes.__version__}\n", version.stderr
+    assert version.stdout == f"keras-course-recipes {kit.__version__}\n", version.stderr
     # The wheel's metadata reads its version from the same line, and ships the license.
     metadata = next(name for name in zipfile.ZipFile(fresh_pythons.wheel).namelist()
                     if name.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(fresh_pythons.wheel).read(metadata).decode()
-    assert f"\nVersion: {recipes.__version__}\n" in text and "License-File: LICENSE" in text
+    assert f"\nVersion: {kit.__version__}\n" in text and "License-File: LICENSE" in text
 
 
 def test_the_version_is_printed_and_recorded_where_results_are():
-    from recipes import __main__ as cli, _environment
+    from keras_course_recipes import __main__ as cli, _environment
 
     with pytest.raises(SystemExit) as exit_:
         cli.build_parser().parse_args(["--version"])
     assert exit_.value.code == 0
-    assert _environment.versions()["keras-course-recipes"] == recipes.__version__
-    assert f"## {recipes.__version__}" in (ROOT / "CHANGELOG.md").read_text()
+    assert _environment.versions()["keras-course-recipes"] == kit.__version__
+    assert f"## {kit.__version__}" in (ROOT / "CHANGELOG.md").read_text()
 
 
 @pytest.mark.slow
@@ -80,8 +82,8 @@ def test_pip_installs_the_kit_from_a_clone_or_its_git_url(how, tmp_path):
     installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
                                 "--quiet", "--no-deps", *source], capture_output=True, text=True)
     assert installed.returncode == 0, installed.stderr[-3000:]
-    where = subprocess.run([str(python), "-c", "import recipes; print(recipes.CONFIGS_DIR, "
-                            "len(recipes.names()))"], cwd=tmp_path, capture_output=True, text=True)
+    where = subprocess.run([str(python), "-c", "import keras_course_recipes as kit; print(kit.CONFIGS_DIR, "
+                            "len(kit.names()))"], cwd=tmp_path, capture_output=True, text=True)
     folder, count = where.stdout.split()
     assert int(count) == len(__import__("recipes").names()), where.stderr
     assert folder == str(tmp_path / "checkout" / "configs") if how == "editable" else (
@@ -90,7 +92,7 @@ def test_pip_installs_the_kit_from_a_clone_or_its_git_url(how, tmp_path):
 
 @pytest.mark.slow
 def test_a_recipe_trains_where_fcntl_does_not_exist(tmp_path, fresh_pythons):
-    """Windows has no fcntl; recipes/runs.py imported it at the top, so a recipe
+    """Windows has no fcntl; keras_course_recipes/runs.py imported it at the top, so a recipe
     could not even be imported there."""
     import shutil
 
@@ -109,7 +111,7 @@ def test_a_recipe_trains_where_fcntl_does_not_exist(tmp_path, fresh_pythons):
 def test_without_fcntl_a_second_process_is_still_refused(tmp_path, monkeypatch):
     import filelock
 
-    from recipes import UserError, rundir
+    from keras_course_recipes import UserError, rundir
 
     monkeypatch.setattr(filelock, "FileLock", filelock.SoftFileLock)  # what it is without fcntl
     first = rundir.lock_run_dir(tmp_path)
@@ -121,25 +123,26 @@ def test_without_fcntl_a_second_process_is_still_refused(tmp_path, monkeypatch):
 
 def test_a_missing_part_is_advised_as_this_install_brings_it(tmp_path, monkeypatch):
     """A checkout's make setup installs the pinned stack; elsewhere, the extra."""
-    from recipes import errors
+    from keras_course_recipes import errors
 
     assert errors.install_advice("plot") == "make setup"
     assert "requirements-torch.txt" in errors.install_advice("torch")
-    monkeypatch.setattr(errors, "__file__", str(tmp_path / "site-packages" / "recipes" / "errors.py"))
+    monkeypatch.setattr(errors, "__file__",
+                        str(tmp_path / "site-packages" / "keras_course_recipes" / "errors.py"))
     assert errors.install_advice("plot") == 'pip install "keras-course-recipes[plot]"'
 
 
 # Each missing part, blocked in the wheel's environment (`sys.modules[name] = None`:
 # import fails, find_spec finds nothing), and the line the installed kit gives.
 MISSING = [
-    (["tensorflow", "matplotlib"], ["-m", "recipes", "compare", "mnist_mlp"],
+    (["tensorflow", "matplotlib"], ["-m", "keras_course_recipes", "compare", "mnist_mlp"],
      'error: compare needs TensorFlow, which is not installed here: pip install '
      '"keras-course-recipes[tensorflow]"; without it, `recipes run NAME execution.backend=jax` '
      'trains the recipes that run on JAX.'),
-    (["matplotlib"], ["-m", "recipes", "curves", "runs"],
+    (["matplotlib"], ["-m", "keras_course_recipes", "curves", "runs"],
      'error: curves draws its PNGs with matplotlib, which is not installed here: pip install '
      '"keras-course-recipes[plot]".'),
-    (["torch"], ["-m", "recipes", "run", "mnist_mlp", "execution.backend=torch"],
+    (["torch"], ["-m", "keras_course_recipes", "run", "mnist_mlp", "execution.backend=torch"],
      'error: execution.backend=torch needs torch, which is not installed in this environment: '
      'pip install "keras-course-recipes[torch]".'),
     (["tensorflow"], ["mnist_mlp.py"],
@@ -157,7 +160,7 @@ def test_the_installed_kit_names_the_extra_that_brings_a_missing_part(blocked, a
     shutil.copyfile(ROOT / "recipes" / "mnist_mlp.py", tmp_path / "mnist_mlp.py")
     script = (f"import runpy, sys; sys.modules.update(dict.fromkeys({blocked!r})); "
               f"sys.argv = {argv!r}; "
-              + ("runpy.run_module('recipes', run_name='__main__')" if argv[0] == "-m" else
+              + ("runpy.run_module('keras_course_recipes', run_name='__main__')" if argv[0] == "-m" else
                  f"runpy.run_path({argv[0]!r}, run_name='__main__')"))
     if argv[0] == "-m":
         script = script.replace(f"sys.argv = {argv!r}", f"sys.argv = {['recipes', *argv[2:]]!r}")

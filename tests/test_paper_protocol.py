@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from recipes import _config
-from recipes.errors import UserError
-from recipes import augment as raugment
+from keras_course_recipes import _config
+from keras_course_recipes.errors import UserError
+from keras_course_recipes import augment as raugment
 
 
 def test_the_paper_recipe_trains_on_every_image_with_its_momentum_and_padding():

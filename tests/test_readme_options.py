@@ -3,9 +3,9 @@ docs/configuration.md lists every key, the README's essentials a few."""
 
 import re
 
-import recipes
+import keras_course_recipes as kit
 from conftest import ROOT
-from recipes import _config, settings
+from keras_course_recipes import _config, settings
 
 
 REFERENCE = ROOT / "docs" / "configuration.md"
@@ -26,7 +26,7 @@ def config_table_rows(page=REFERENCE):
 
 def default_keys():
     """Every recipe's keys: the defaults, with the augmentation keys a recipe that augments has."""
-    return {f"{section}.{key}" for module in recipes.MODULES
+    return {f"{section}.{key}" for module in kit.MODULES
             for section, values in _config.defaults(module).items() for key in values}
 
 

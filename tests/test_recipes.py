@@ -9,19 +9,19 @@ import keras
 import pytest
 import tensorflow_datasets as tfds
 
-import recipes
-from callbacks.timing import EPOCH_KEYS
+import keras_course_recipes as kit
+from keras_course_recipes.callbacks.timing import EPOCH_KEYS
 from conftest import run_with
-from recipes import data as rdata
-from recipes import harness
-from recipes.augment import network_of
+from keras_course_recipes import data as rdata
+from keras_course_recipes import harness
+from keras_course_recipes.augment import network_of
 
 # graph, the default, trains every recipe name below (tensorflow-datasets'
 # mock data) and every module copied (tests/test_copy.py). Each of the other
 # modes' runs is also one of the precisions the docs document: every module
 # trains in every mode and under every precision, a run each.
 PRECISION_OF_MODE = {"eager": "mixed_float16", "xla": "mixed_bfloat16"}
-MODULES = sorted({recipes.module_of(name) for name in recipes.names()})
+MODULES = sorted({kit.module_of(name) for name in kit.names()})
 TIMING_KEYS = {"trace_s", "step_ms_median", "images_per_s", "input_wait_fraction", "epoch_s"}
 pytestmark = pytest.mark.slow  # every test here trains
 
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow  # every test here trains
 def test_build_says_what_run_trains_and_trains_nothing(name, tiny_config, tmp_path):
     """`build(config)`: the compiled, untrained model for the data, and
     nothing written."""
-    experiment = recipes.load(name).build(tiny_config(name, "train.epochs=3"))
+    experiment = kit.load(name).build(tiny_config(name, "train.epochs=3"))
     model, data = experiment.model, experiment.data
     assert model.compiled and int(model.optimizer.iterations) == 0
     network = network_of(model)
@@ -69,14 +69,14 @@ def test_recipe_trains_in_each_mode_and_precision(name, mode, tiny_config, tmp_p
     assert precision.removeprefix("mixed_") in computes, computes
 
 
-@pytest.mark.parametrize("name", recipes.names())
+@pytest.mark.parametrize("name", kit.names())
 def test_recipe_loads_tensorflow_datasets(name, tiny_config):
     """The real tfds loading code, fed by tensorflow-datasets' mock data; for
     a YAML recipe, also its settings on its module's code."""
     config = tiny_config(name, "data.source=tfds")
     probe = CallCount()
     with tfds.testing.mock_data(num_examples=40):
-        metrics = run_with(recipes.load(name), config, probe)
+        metrics = run_with(kit.load(name), config, probe)
     # tfds' 40 mock examples less the validation split, not 64 synthetic ones.
     assert metrics["train_examples"] == 40 - round(40 * config["data"]["validation_split"])
     # The recipe's own dataset: its YAML's data.name, on its module's model.
@@ -158,7 +158,7 @@ def test_mixed_precision_and_steps_per_execution(tiny_config):
     config = tiny_config("mnist_mlp", "execution.precision=mixed_bfloat16",
                          "execution.steps_per_execution=2", "train.steps_per_epoch=4")
     counter = CallCount()
-    metrics = run_with(recipes.load("mnist_mlp"), config, counter)
+    metrics = run_with(kit.load("mnist_mlp"), config, counter)
     assert "bfloat16" in {layer.compute_dtype for layer in counter.model.layers if layer.weights}
     assert int(counter.model.optimizer.iterations) == 4 and counter.calls == 2
     # The first call (two steps) traces; the second call's time is split
@@ -173,7 +173,7 @@ def test_mixed_precision_and_steps_per_execution(tiny_config):
 def test_cifar10_cnn_decays_its_rate_as_keras_2_did(tiny_config):
     """Keras 2's RMSprop(lr=1e-4, decay=1e-6): lr / (1 + 1e-6 * step), so the
     rate is halved after a million steps."""
-    optimizer = recipes.load("cifar10_cnn").build(tiny_config("cifar10_cnn")).model.optimizer
+    optimizer = kit.load("cifar10_cnn").build(tiny_config("cifar10_cnn")).model.optimizer
     assert isinstance(optimizer, keras.optimizers.RMSprop)
     assert optimizer.epsilon == 1e-14  # Keras 2's sqrt(v) + 1e-7, as sqrt(v + 1e-14)
     assert float(optimizer.learning_rate) == pytest.approx(1e-4)

@@ -10,9 +10,9 @@ import keras
 import numpy as np
 import pytest
 
-import recipes
+import keras_course_recipes as kit
 from conftest import ROOT, TINY, run_with
-from recipes import UserError, _config, harness, rundir, runs
+from keras_course_recipes import UserError, _config, harness, rundir, runs
 
 
 class StopAfterFirstEpoch(keras.callbacks.Callback):
@@ -49,7 +49,7 @@ def fit_with(recipe, config, callback):
 @pytest.mark.slow
 @pytest.mark.parametrize("first_mode, then_mode", [("graph", "graph"), ("eager", "xla")])
 def test_rerun_continues_at_epoch_2_with_saved_state(first_mode, then_mode, tiny_config, tmp_path):
-    recipe = recipes.load("mnist_mlp")
+    recipe = kit.load("mnist_mlp")
     with pytest.raises(runs.Interrupted):
         fit_with(recipe, tiny_config("mnist_mlp", "train.epochs=3",
                                      f"execution.mode={first_mode}"), StopAfterFirstEpoch())
@@ -111,7 +111,7 @@ def test_cli_interrupt_says_how_to_resume(tmp_path):
 
     run_dir = tmp_path / "run"
     process = subprocess.Popen(
-        [sys.executable, "-m", "recipes", "run", "mnist_mlp", *TINY,
+        [sys.executable, "-m", "keras_course_recipes", "run", "mnist_mlp", *TINY,
          "train.epochs=1000", f"run.dir={run_dir}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -139,7 +139,7 @@ def test_an_exported_model_serves_without_this_code(tiny_config, tmp_path):
               "served = tf.saved_model.load(sys.argv[1]); "
               "out = served.serve(tf.constant(np.load(sys.argv[2]))).numpy(); "
               "print(json.dumps({'out': out.tolist(), "
-              "'ours': [m for m in sys.modules if m.split('.')[0] in ('models', 'recipes')]}))")
+              "'ours': [m for m in sys.modules if m.split('.')[0] == 'keras_course_recipes']}))")
     result = subprocess.run([sys.executable, "-c", script, str(run_dir / "saved_model"),
                              str(tmp_path / "images.npy")], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120)
@@ -173,7 +173,7 @@ class PredictClassZero(keras.callbacks.Callback):
 
 @pytest.mark.slow
 def test_a_worse_epoch_after_a_resume_keeps_best_keras(tiny_config, tmp_path):
-    recipe = recipes.load("mnist_mlp")
+    recipe = kit.load("mnist_mlp")
     recorded = RecordEpochWeights()
     # By val_loss: certain answers of class 0 cost every other image a huge
     # loss, where their accuracy could match a barely trained network's.

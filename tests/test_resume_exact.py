@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY
-from recipes.data import ArrayBatches
-from recipes.tools import soak
+from keras_course_recipes.data import ArrayBatches
+from keras_course_recipes.tools import soak
 
-# Trains a recipe as `python -m recipes run` does, on one CPU thread (where
+# Trains a recipe as `python -m keras_course_recipes run` does, on one CPU thread (where
 # TensorFlow's CPU kernels give the same bits every run; its op determinism
 # refuses the tf.timestamp that Timing's input-wait stage runs in tf.data).
 # argv[1] is the recipe, argv[2] a JSON list of runs, each a list of
@@ -31,8 +31,8 @@ if keras.backend.backend() == "tensorflow":
     import tensorflow as tf
     tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.config.threading.set_intra_op_parallelism_threads(1)
-import recipes
-from recipes import _config, harness
+import keras_course_recipes as kit
+from keras_course_recipes import _config, harness
 metrics = []
 for overrides in json.loads(sys.argv[2]):
     config = _config.resolve(sys.argv[1], overrides=overrides, announce=lambda line: None)

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import recipes
-from models.revnet import (VARIANTS, EntryUnit, ReversibleStage, depth, revnet, revnet_variant,
+import keras_course_recipes as kit
+from keras_course_recipes.models.revnet import (VARIANTS, EntryUnit, ReversibleStage, depth, revnet, revnet_variant,
                            variant_spec)
-from recipes import UserError, harness
-from recipes.tools import memory as _memory
+from keras_course_recipes import UserError, harness
+from keras_course_recipes.tools import memory as _memory
 
 # The paper's parameter counts (millions, CIFAR-10), and the depths in the names.
 PAPER_PARAMS_M = {"revnet38": 0.46, "revnet110": 1.73}

@@ -2,9 +2,9 @@
 
 import pytest
 
-import callbacks.run_estimate as run_estimate_module
-from callbacks.run_estimate import RunEstimate
-from recipes import _config, harness
+import keras_course_recipes.callbacks.run_estimate as run_estimate_module
+from keras_course_recipes.callbacks.run_estimate import RunEstimate
+from keras_course_recipes import _config, harness
 
 
 class Clock:

@@ -3,7 +3,7 @@ schedule, the paper's, has none, and asking for one is refused."""
 
 import pytest
 
-from recipes import UserError, _config
+from keras_course_recipes import UserError, _config
 
 
 def test_a_warm_up_with_the_step_schedule_is_refused_before_anything_runs():

@@ -4,8 +4,8 @@ and never so little that its metrics mean nothing without a word."""
 import pytest
 import tensorflow_datasets as tfds
 
-from recipes import UserError
-from recipes import data as rdata
+from keras_course_recipes import UserError
+from keras_course_recipes import data as rdata
 
 from test_data import data_config, write_folder
 

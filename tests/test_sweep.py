@@ -1,4 +1,4 @@
-"""`python -m recipes sweep`: every combination, the results table, resuming."""
+"""`python -m keras_course_recipes sweep`: every combination, the results table, resuming."""
 
 import csv
 import json
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, TINY, TINY_MODEL
-from recipes import UserError
-from recipes.tools import sweep as _sweep
+from keras_course_recipes import UserError
+from keras_course_recipes.tools import sweep as _sweep
 
 
 def batch_norm(channels):
@@ -142,7 +142,7 @@ def test_an_unwritable_sweep_folder_is_refused_naming_dir(tmp_path):
 @pytest.mark.slow
 def test_cli_sweep_error_exits_2_without_a_traceback():
     result = subprocess.run(
-        [sys.executable, "-m", "recipes", "sweep", "mnist_mlp", "--grid", "train.epochs=[1,x]",
+        [sys.executable, "-m", "keras_course_recipes", "sweep", "mnist_mlp", "--grid", "train.epochs=[1,x]",
          "data.source=synthetic"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "'train.epochs' expects an integer, got 'x'" in result.stderr

@@ -11,10 +11,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorflow.core.protobuf import config_pb2
 from xprof.convert import raw_to_tool_data
 
-import recipes
-from recipes import UserError, _config, harness
-from recipes.tools import graph as _graph
-from recipes.tools import profile as _profile
+import keras_course_recipes as kit
+from keras_course_recipes import UserError, _config, harness
+from keras_course_recipes.tools import graph as _graph
+from keras_course_recipes.tools import profile as _profile
 
 from conftest import run_with
 
@@ -157,7 +157,7 @@ def test_without_the_tensorboard_package_a_run_goes_on_without_its_logs(tiny_con
     stopped every run on Keras' TBNotInstalledError traceback."""
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # not importable, as if not installed
     config = tiny_config("mnist_mlp")
-    metrics = run_with(recipes.load("mnist_mlp"), config)
+    metrics = run_with(kit.load("mnist_mlp"), config)
     assert metrics["epochs_completed"] == 1
     assert not (Path(config["run"]["dir"]) / "tensorboard").exists()
     assert ("note: no TensorBoard logs: Keras' TensorBoard callback writes through tf.summary, "

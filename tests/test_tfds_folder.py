@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from recipes import UserError
-from recipes import data as rdata
-from recipes.tools import tfds_folder
+from keras_course_recipes import UserError
+from keras_course_recipes import data as rdata
+from keras_course_recipes.tools import tfds_folder
 
 
 def _arrays(split):

@@ -9,13 +9,13 @@ import warnings
 import pytest
 
 from conftest import ROOT
-from recipes.tools import plots
+from keras_course_recipes.tools import plots
 
 
 def recipes_command(*args, cwd):
-    """`python -m recipes ARGS` started in `cwd`, as a user starts it there."""
+    """`python -m keras_course_recipes ARGS` started in `cwd`, as a user starts it there."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "recipes", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "keras_course_recipes", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=240)
 
 
@@ -34,7 +34,7 @@ def test_curves_writes_into_a_new_folder(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "history.csv").write_text("epoch,time_epoch_s,val_accuracy\n0,6.0,0.5\n1,6.0,0.7\n")
-    from recipes.tools import curves
+    from keras_course_recipes.tools import curves
 
     path = curves.curves([run], out=tmp_path / "plots" / "new" / "curve.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

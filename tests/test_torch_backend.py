@@ -12,14 +12,14 @@ import sys
 import pytest
 
 from conftest import ROOT, TINY
-from recipes import UserError, _config, _environment, rundir
+from keras_course_recipes import UserError, _config, _environment, rundir
 
 needs_torch = pytest.mark.skipif(not _environment.installed("torch"),
                                  reason="PyTorch is not installed here (requirements-torch.txt)")
 
 
 def test_keras_backend_sets_execution_backend_where_the_command_line_does_not(monkeypatch):
-    """`KERAS_BACKEND=torch python -m recipes compare ...` once ran every mode on
+    """`KERAS_BACKEND=torch python -m keras_course_recipes compare ...` once ran every mode on
     TensorFlow without a word: execution.backend's default overwrote it."""
     monkeypatch.setenv("KERAS_BACKEND", "torch")
     resolve = lambda *items: _config.resolve("mnist_mlp", overrides=items,  # noqa: E731
@@ -45,7 +45,7 @@ def test_without_pytorch_the_torch_backend_is_one_line(monkeypatch):
 @needs_torch
 def test_a_recipe_trains_on_torch_and_does_not_resume_on_another_backend(tmp_path):
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "recipes", "run", "mnist_mlp", *TINY, f"run.dir={run_dir}"]
+    command = [sys.executable, "-m", "keras_course_recipes", "run", "mnist_mlp", *TINY, f"run.dir={run_dir}"]
     trained = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
                              env={**os.environ, "KERAS_BACKEND": "torch"})
     assert trained.returncode == 0, trained.stderr[-3000:]

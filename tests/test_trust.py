@@ -1,7 +1,7 @@
 """Exit 0 means the run did what it said: every value is checked before a
 run starts, one process trains a run directory at a time, and no file lies
 after a fault. Each case is what a user typed or did, run through the
-command line's own code (`recipes.__main__.run_cli`), and each failed before
+command line's own code (`keras_course_recipes.__main__.run_cli`), and each failed before
 the checks it tests were written."""
 
 import csv
@@ -20,16 +20,16 @@ import pytest
 from PIL import Image
 
 from conftest import ROOT, TINY
-from recipes import __main__ as cli
-from recipes.errors import UserError
-from recipes import data as rdata
-from recipes import folder as rfolder
-from recipes import harness, runs
+from keras_course_recipes import __main__ as cli
+from keras_course_recipes.errors import UserError
+from keras_course_recipes import data as rdata
+from keras_course_recipes import folder as rfolder
+from keras_course_recipes import harness, runs
 from test_data import write_folder
 
 
 def run(capsys, *args):
-    """(exit status, stdout, stderr) of `python -m recipes ARGS`, in this process."""
+    """(exit status, stdout, stderr) of `python -m keras_course_recipes ARGS`, in this process."""
     capsys.readouterr()
     status = cli.run_cli([*map(str, args)])
     out, err = capsys.readouterr()
@@ -186,7 +186,7 @@ def test_a_second_process_on_one_run_directory_is_refused_naming_the_first(capsy
     run_dir.mkdir()
     holder = subprocess.Popen(
         [sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
-         "f.write('process 4242 (python -m recipes run)'); f.flush(); "
+         "f.write('process 4242 (python -m keras_course_recipes run)'); f.flush(); "
          "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
          str(run_dir / ".lock")], stdout=subprocess.PIPE, text=True)
     try:
@@ -204,7 +204,7 @@ def test_a_closed_standard_output_does_not_end_training(tmp_path):
     """`... | head -3`: the reader goes, the run trains every epoch it was asked for."""
     run_dir = tmp_path / "run"
     process = subprocess.Popen(
-        [sys.executable, "-m", "recipes", "run", "mnist_mlp", *TINY, "train.epochs=3",
+        [sys.executable, "-m", "keras_course_recipes", "run", "mnist_mlp", *TINY, "train.epochs=3",
          "run.verbose=2", f"run.dir={run_dir}"], cwd=ROOT, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     process.stdout.readline()
@@ -288,7 +288,7 @@ def test_a_full_disk_says_what_was_saved_and_how_to_go_on(path, tiny_config, tmp
     was saved and it had been given no run.dir."""
     import errno
 
-    from recipes import runs
+    from keras_course_recipes import runs
 
     monkeypatch.chdir(tmp_path)
     config = tiny_config("mnist_mlp", "run.dir=null")
@@ -311,7 +311,7 @@ def test_a_full_disk_under_tensorboards_writer_is_one_line(tiny_config, tmp_path
     """TensorFlow's file writers say ResourceExhaustedError, not OSError, of a full disk."""
     import tensorflow as tf
 
-    from recipes import runs
+    from keras_course_recipes import runs
 
     monkeypatch.chdir(tmp_path)
 
@@ -332,7 +332,7 @@ def test_the_best_epoch_is_the_rows_epoch_not_its_position():
 
 @pytest.mark.slow
 def test_a_sweep_run_again_after_a_damaged_metrics_json_repairs_it(tmp_path, capsys):
-    from recipes.tools import sweep
+    from keras_course_recipes.tools import sweep
 
     overrides = [*TINY, "model.hidden_units=[8]"]
     first = sweep.sweep("mnist_mlp", ["train.lr=[0.01,0.02]"], overrides=overrides,
@@ -364,10 +364,10 @@ def test_the_fault_battery_runs_its_cases_and_tables_them(tmp_path):
 
 @pytest.mark.slow
 def test_standard_output_closed_from_the_start_does_not_end_training(tmp_path):
-    """`python -m recipes run ... >&-`: Python starts with no sys.stdout."""
+    """`python -m keras_course_recipes run ... >&-`: Python starts with no sys.stdout."""
     run_dir = tmp_path / "run"
     result = subprocess.run(
-        [sys.executable, "-m", "recipes", "run", "mnist_mlp", *TINY, "train.epochs=2",
+        [sys.executable, "-m", "keras_course_recipes", "run", "mnist_mlp", *TINY, "train.epochs=2",
          f"run.dir={run_dir}"], cwd=ROOT, stderr=subprocess.PIPE, text=True, timeout=300,
         preexec_fn=lambda: os.close(1))
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
@@ -378,7 +378,7 @@ def test_standard_output_closed_from_the_start_does_not_end_training(tmp_path):
 def test_sigterm_ends_a_run_as_ctrl_c_does_and_it_resumes(tmp_path):
     """How job schedulers and container runtimes stop a process."""
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "recipes", "run", "mnist_mlp", *TINY, "train.epochs=3",
+    command = [sys.executable, "-m", "keras_course_recipes", "run", "mnist_mlp", *TINY, "train.epochs=3",
                "train.steps_per_epoch=300", f"run.dir={run_dir}"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
@@ -404,10 +404,10 @@ def test_a_lock_read_while_its_holder_writes_still_names_the_holder(tmp_path):
     fcntl.flock(holder, fcntl.LOCK_EX)
     holder.write("process 4242 (python -m")
     holder.flush()
-    finish = threading.Timer(0.1, lambda: (holder.write(" recipes run)\n"), holder.flush()))
+    finish = threading.Timer(0.1, lambda: (holder.write(" keras_course_recipes run)\n"), holder.flush()))
     finish.start()
     try:
-        with pytest.raises(UserError, match=r"in use by process 4242 \(python -m recipes run\)"):
+        with pytest.raises(UserError, match=r"in use by process 4242 \(python -m keras_course_recipes run\)"):
             runs.Run.open({"recipe": "mnist_mlp", "run": {"dir": str(run_dir)},
                            "train": {"epochs": 1}})
     finally:

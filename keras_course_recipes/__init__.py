@@ -1,0 +1,110 @@
+"""keras-course-recipes: Keras 3 training recipes, and the kit they run on.
+
+The lessons are `keras_course_recipes.recipes` (the repository's recipes/
+folder), one module per recipe, looked up here by name: a recipe is either a
+module named in `MODULES` (its settings are its `CONFIG`), or a YAML file in
+`keras_course_recipes.configs` (configs/) whose top-level `recipe:` key names
+the module that runs it, with its settings applied on top of that module's.
+The builders are `keras_course_recipes.models` (models/), the callbacks
+`keras_course_recipes.callbacks` (callbacks/).
+
+The kit, in this folder: `runs` (a recipe's command line and run),
+`settings` (every key's checks), `rundir` (the run directory: lock, resume,
+repairs), `errors`, `data` (what it trains on), `folder` (image folders) and
+`augment` (augmentation); then `harness` (what `recipes run` adds around a
+recipe), `_config`, `_environment` and `_distribute` (the harness's), and
+`tools` (the commands that work on a recipe). Listing recipes reads
+docstrings and YAML comments without importing anything, so `list` and
+`show` do not pay for importing TensorFlow. Importing any of it changes
+nothing in the process.
+"""
+
+import ast
+import difflib
+import functools
+import importlib
+from pathlib import Path
+
+import yaml
+
+from keras_course_recipes.errors import UserError
+
+__version__ = "0.1.0"  # the distribution's version: pyproject.toml reads it from here
+
+RUNS_DIR = Path("runs")  # where runs are written, relative to where the command runs
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _mapped(folder):
+    """Where subpackage `folder` is: inside this package where the kit is installed
+    from a wheel, beside it in a checkout (and its editable install)."""
+    inside = PACKAGE_DIR / folder
+    return inside if inside.is_dir() else PACKAGE_DIR.parent / folder
+
+
+RECIPES_DIR = _mapped("recipes")  # the recipe files, the lessons
+CONFIGS_DIR = _mapped("configs")  # the YAML recipes
+# The recipe modules: each has `build(config)` and `run(config)`
+# (tests/test_layout.py keeps this list and the folder in step).
+MODULES = ("cifar10_cnn", "densenet_cifar10_cpu", "densenet_cifar100", "graph_lessons",
+           "mnist_cnn", "mnist_mlp", "revnet_cifar10")
+
+
+def _config_recipes():
+    """{name: module} for every YAML in `configs/` with a `recipe:` key."""
+    found = {}
+    for path in CONFIGS_DIR.glob("*.yaml"):
+        status = path.stat()
+        module = _recipe_key(path, status.st_mtime_ns, status.st_size)
+        if module in MODULES:
+            found[path.stem] = module
+    return found
+
+
+@functools.cache
+def _recipe_key(path, mtime_ns, size):
+    """The `recipe:` value of the YAML at `path`, parsed once per version of
+    the file (as settings.module_literal reads a module's): names and
+    lookups ask for it many times."""
+    data = yaml.safe_load(path.read_text()) or {}
+    return data.get("recipe") if isinstance(data, dict) else None
+
+
+def names():
+    """Returns the sorted names of every registered recipe."""
+    return sorted({*MODULES, *_config_recipes()})
+
+
+def check_name(name):
+    """Raises `UserError` naming the closest recipes if `name` is unknown."""
+    known = names()
+    if name in known:
+        return
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise UserError(
+        f"Unknown recipe '{name}'.{hint} "
+        f"Known recipes: {', '.join(known)} (see `python -m keras_course_recipes list`)."
+    )
+
+
+def module_of(name):
+    """Returns the name of the module that runs recipe `name`."""
+    check_name(name)
+    return name if name in MODULES else _config_recipes()[name]
+
+
+def description(name):
+    """Returns the first line of a recipe's docstring, or of its YAML's comment."""
+    module = module_of(name)
+    if module != name:
+        first = (CONFIGS_DIR / f"{name}.yaml").read_text().splitlines()[0]
+        return first.lstrip("# ").strip() if first.startswith("#") else ""
+    doc = ast.get_docstring(ast.parse((RECIPES_DIR / f"{name}.py").read_text())) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def load(name):
+    """Imports and returns the module that runs recipe `name`."""
+    return importlib.import_module(f"{__name__}.recipes.{module_of(name)}")

@@ -1,0 +1,244 @@
+"""Resolves a recipe's configuration for `python -m keras_course_recipes`, with the checks
+a copied recipe runs too (keras_course_recipes/runs.py's `resolve`).
+
+Precedence, lowest first: `DEFAULTS` (with keras_course_recipes/data.py's `DEFAULTS` as
+the data section, and keras_course_recipes/augment.py's for a recipe that augments) < the
+recipe module's `CONFIG` < `configs/NAME.yaml` when the recipe is a YAML of
+its own < each `--config` file in order < `key=value` overrides. Unknown
+keys, values of the wrong type and numbers out of their range are
+`UserError`s that name the key, raised before anything is built or written.
+"""
+
+import copy
+import importlib.util
+import os
+from pathlib import Path
+
+import yaml
+
+from keras_course_recipes import CONFIGS_DIR, PACKAGE_DIR, RECIPES_DIR, module_of, settings
+from keras_course_recipes.errors import UserError
+
+# The keys of `python -m keras_course_recipes run`, on top of what a copied recipe takes (settings.DEFAULTS).
+DEFAULTS = {
+    "data": None,  # keras_course_recipes/data.py's DEFAULTS, read in `defaults()`
+    "model": {},
+    "train": {
+        "epochs": 10,
+        "steps_per_epoch": None,  # None: one pass over the training split
+        "lr": 1e-3,
+    },
+    "execution": {
+        "backend": "tensorflow",  # tensorflow | jax | torch: Keras' backend (KERAS_BACKEND sets it too)
+        "mode": None,  # eager | graph | xla; null: Keras' default step (graph; jax: xla; torch: eager)
+        "steps_per_execution": 1,
+        "precision": "float32",  # float32 | mixed_float16 | mixed_bfloat16
+        "seed": 0,
+        "onednn": None,  # oneDNN's CPU kernels: null keeps TensorFlow's choice; true/false set it
+        "strategy": "none",  # none | mirrored | multi_worker: tf.distribute data parallelism
+        "devices": None,  # mirrored: null, every GPU; cpu:N, the CPU as N logical devices
+        "timeout_s": 120,  # multi_worker: how long a worker waits for its peers to start
+    },
+    "callbacks": {
+        "monitor": "val_accuracy",  # what decides the best checkpoint
+        "graph": False,  # write the training step's graph to TensorBoard (graph and xla modes)
+        "profile": None,  # START,END: profile those training steps for TensorBoard's Profile tab
+        "diagnostics": False,  # activation and gradient histograms, input images: why it does not train
+    },
+    "run": {
+        "dir": None,  # None: runs/NAME/<timestamp>
+        "resume": False,  # continue the newest unfinished run of these settings
+        "verbose": "auto",  # auto | 0 | 1 | 2, as in model.fit; auto: 1 on a terminal, else 2
+        "export": False,  # also write the final model as a SavedModel, to serve without this code
+    },
+}
+# Beside settings.TYPES, settings.CHOICES and settings.LIMITS: the keys only this command has.
+TYPES = {"callbacks.profile": (str, int, list), "execution.devices": str}
+CHOICES = {"execution.backend": ["tensorflow", "jax", "torch"],
+           "execution.strategy": ["none", "mirrored", "multi_worker"],
+           # What every recipe logs: a metric it does not log could never pick a best epoch.
+           "callbacks.monitor": ["val_accuracy", "val_loss", "accuracy", "loss"]}
+LIMITS = {"execution.timeout_s": (lambda v: v > 0, "above 0")}
+
+
+def defaults(module=None, recipe_config=None):
+    """`DEFAULTS`, with the data section recipe module `module` (whose CONFIG is
+    `recipe_config`, read if not given) reads."""
+    tree = copy.deepcopy(DEFAULTS)
+    if module and recipe_config is None:
+        recipe_config = recipe_values(module)[0]
+    tree["data"] = settings.data_defaults((recipe_config or {}).get("data", {}), PACKAGE_DIR)
+    return tree
+
+
+def recipe_values(module, layers=(), overrides=()):
+    """(CONFIG, CONFIG_SCHEMA) of recipe module `module`. Where both are literals
+    that nothing changes, as they are written in its file, read without running
+    it, so that `show` and a typo's error need no TensorFlow; otherwise the
+    module's own objects, Keras started first on the backend that `layers`, the
+    environment and `overrides` choose (`_backend_before_keras`)."""
+    source = RECIPES_DIR / f"{module}.py"
+    try:
+        return (settings.module_literal(source, "CONFIG"),
+                settings.module_literal(source, "CONFIG_SCHEMA", default={}))
+    except settings.NotLiteral:
+        pass
+    from keras_course_recipes import _environment
+
+    backend, onednn = _backend_before_keras(source, layers, overrides)
+    _environment.request_backend({"execution": {"backend": backend}})
+    _environment.request_onednn({"execution": {"onednn": onednn}})
+    spec = importlib.util.spec_from_file_location(f"keras_course_recipes._settings_of_{module}", source)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)  # a recipe runs nothing on import but its definitions
+    return copy.deepcopy(loaded.CONFIG), copy.deepcopy(getattr(loaded, "CONFIG_SCHEMA", {}))
+
+
+def _backend_before_keras(source, layers, overrides):
+    """`execution.backend` and `execution.onednn` as the settings will resolve them,
+    found before Keras and TensorFlow load (each reads its own once, on import):
+    the command line's, else the environment's and the YAML files', else the
+    CONFIG's as written in `source`."""
+    found = {}
+    for key in ("execution.backend", "execution.onednn"):
+        value = settings.literal_at(source, "CONFIG", key)
+        for _, layer in layers:
+            value = settings.flatten(layer).get(key, value)
+        for item in overrides:
+            name, _, text = item.partition("=")
+            if name.strip() == key:
+                value = settings.parse_override(item)[1]
+        found[key] = value
+    backend = found["execution.backend"] or DEFAULTS["execution"]["backend"]
+    if backend not in CHOICES["execution.backend"]:
+        raise UserError(f"Config key 'execution.backend' must be one of "
+                        f"{', '.join(CHOICES['execution.backend'])}; got {backend!r}.")
+    return backend, found["execution.onednn"]
+
+
+def resolve(name, config_files=(), overrides=(), announce=print):
+    """Returns the resolved config of recipe `name` as a nested dict.
+
+    Args:
+        name: the recipe's name: a recipe module's, or the stem of a YAML in
+            `configs/` that names its module.
+        config_files: extra YAML files, applied in order.
+        overrides: `key=value` strings; values are parsed as YAML.
+        announce: called with one line per command-line override.
+    """
+    module = module_of(name)
+    source = RECIPES_DIR / f"{module}.py"
+    layers = [CONFIGS_DIR / f"{name}.yaml"] if name != module else []
+    layers = [(f"in {path}", _read_yaml(path, module)) for path in [*layers, *map(Path, config_files)]]
+    if os.environ.get("KERAS_BACKEND"):  # Keras' own switch, below the command line's
+        layers.append(("in the environment variable KERAS_BACKEND",
+                       {"execution": {"backend": os.environ["KERAS_BACKEND"]}}))
+    recipe_config, schema = recipe_values(module, layers, overrides)
+    unknown = sorted(set(recipe_config) - set(DEFAULTS))
+    if unknown:
+        raise UserError(f"{source}: unknown section {unknown[0]}; sections are "
+                        f"{', '.join(DEFAULTS)}.")
+    config = settings.resolve(
+        name, defaults(module, recipe_config), recipe_config, layers=layers, overrides=overrides,
+        schema=schema, announce=announce, types=TYPES, choices=CHOICES,
+        limits=LIMITS, origin=f"in {source}'s CONFIG")
+    backend = config["execution"]["backend"]
+    if backend != "tensorflow":
+        _check_backend(module, config)
+    settings.resolve_mode(config["execution"], backend)
+    _check_together(config)
+    return config
+
+
+def _check_together(config):
+    """Refuses a `callbacks.profile` whose form its type does not say."""
+    profile = config["callbacks"]["profile"]
+    if profile is not None and _steps(profile) is None:
+        raise UserError("callbacks.profile takes the first and last training step to profile, "
+                        f"e.g. callbacks.profile=5,8 (or one step: 5); got {profile!r}.")
+
+
+def _steps(profile):
+    """`callbacks.profile` as (first, last) training step from 1, or None if it is not one."""
+    parts = (profile if isinstance(profile, list) else
+             [profile] if isinstance(profile, int) else str(profile).split(","))
+    try:
+        steps = [int(part) for part in parts]
+    except (TypeError, ValueError):
+        return None
+    if len(steps) == 1:
+        steps *= 2
+    return tuple(steps) if len(steps) == 2 and 1 <= steps[0] <= steps[1] else None
+
+
+# Recipe modules that teach TensorFlow itself, and the feature that keeps them there.
+TENSORFLOW_ONLY_RECIPES = {
+    "graph_lessons": "the tf.function lessons",
+    "revnet_cifar10": "RevNet's tf.custom_gradient",
+}
+
+
+def _check_backend(module, config):
+    """Refuses, before anything runs, what Keras on JAX or torch cannot do:
+    each of these is TensorFlow's own."""
+    execution, callbacks, backend = config["execution"], config["callbacks"], config["execution"]["backend"]
+    refused = [
+        (module in TENSORFLOW_ONLY_RECIPES, TENSORFLOW_ONLY_RECIPES.get(module)),
+        (execution["strategy"] != "none", f"execution.strategy={execution['strategy']}, "
+                                          "tf.distribute"),
+        (callbacks["graph"], "callbacks.graph, the TensorBoard graph writer"),
+        (callbacks["profile"] is not None, "callbacks.profile, TensorFlow's profiler"),
+        (callbacks["diagnostics"], "callbacks.diagnostics, which reads gradients "
+                                   "through tf.GradientTape"),
+        (config["run"]["export"], "run.export, a TensorFlow SavedModel"),
+    ]
+    for refuse, feature in refused:
+        if refuse:
+            raise UserError(f"execution.backend={backend} cannot run {feature}: it is "
+                            f"TensorFlow's. Drop execution.backend={backend} (TensorFlow is the "
+                            "default).")
+
+
+def recipe_schema(module):
+    """The `CONFIG_SCHEMA` of recipe module `module`: `{key: type name or list
+    of choices}` for the keys its CONFIG adds whose value there does not tell
+    their type (None: "the variant's") or that take one of a few values."""
+    return recipe_values(module)[1]
+
+
+def dump(config):
+    """Returns `config` as YAML text, sections in their usual order."""
+    return yaml.safe_dump(settings.plain(config), sort_keys=False)
+
+
+def _read_yaml(path, module):
+    """The mapping in `path`, less its `recipe:` key, which must name `module`."""
+    if path.is_dir():  # not "not found": the user can see it is there
+        raise UserError(f"{path} is a folder, not a YAML config file: give --config a file.")
+    if not path.is_file():
+        raise UserError(f"Config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text: a config file is YAML, written in "
+                        "UTF-8.") from None
+    except yaml.YAMLError as error:
+        raise UserError(f"{path} is not valid YAML: {_one_line(error)}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} must hold a mapping of sections, "
+                        f"got {type(data).__name__}.")
+    # A section whose every key is commented out reads as null: it sets nothing.
+    data = {section: values for section, values in data.items() if values is not None}
+    written_for = data.pop("recipe", module)
+    if written_for != module:
+        raise UserError(f"{path} is written for the '{written_for}' recipe (its "
+                        f"`recipe:` key says so); it does not apply to '{module}'.")
+    return data
+
+
+def _one_line(error):
+    """A YAML error as one line: what is wrong, and where (PyYAML prints the
+    text around it on lines of their own)."""
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    return f"{getattr(error, 'problem', None) or error}{where}"

@@ -1,0 +1,320 @@
+"""A run directory on disk: created exclusively, locked against a second
+process, and read back to resume: the finished epochs its backup holds,
+config.yaml (with its digest) against the settings now, and history.csv's
+rows, repaired where a kill tore one. The part of the kit a student need
+not read."""
+
+import csv
+import datetime
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import filelock
+import yaml
+
+from keras_course_recipes import RUNS_DIR
+from keras_course_recipes.errors import UserError
+from keras_course_recipes.settings import plain
+
+# What may change when a run resumes; not the backend or precision, which train differently.
+RESUMABLE_KEYS = {"run", "train.epochs", "execution.mode", "execution.steps_per_execution",
+                  "execution.onednn"}
+# What keras.callbacks.BackupAndRestore(double_checkpoint=True) writes in backup/
+# after each epoch, in this order: the previous state copied to *.bkp, then these.
+BACKUP_WEIGHTS, BACKUP_METADATA = "latest.weights.h5", "training_metadata.json"
+DIGEST_PREFIX = "# sha256 of the lines above, written by the harness: "  # config.yaml's last line
+
+
+def choose(config):
+    """`(run directory, created)` of a run of `config`: `run.dir`, or a new
+    runs/NAME/<date>-<time>, created here so that no other run takes it."""
+    if config["run"]["dir"] is None:
+        return new_directory(RUNS_DIR / config["recipe"]), True
+    run_dir = Path(config["run"]["dir"]).expanduser()
+    return run_dir, not run_dir.exists()
+
+
+def timestamped(parent):
+    """`parent/<date>-<time>` (`20250131-142501`); created by whoever writes there."""
+    return Path(parent) / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def new_directory(parent):
+    """Creates `parent/<date>-<time>`, or `-2`, `-3`... when another run took
+    that name in the same second: exclusively, so that two runs never share one."""
+    path = timestamped(parent)
+    for number in range(1, 1000):
+        candidate = path if number == 1 else path.with_name(f"{path.name}-{number}")
+        try:
+            candidate.mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise UserError(f"Cannot create the run directory {candidate}: {error.strerror}. "
+                            "Give a folder you can write to with run.dir=PATH.") from None
+    raise UserError(f"{parent} has no free name for a new run at {path.name}; give run.dir=PATH.")
+
+
+def lock_run_dir(run_dir):
+    """An exclusive lock on `run_dir/.lock` (filelock's: fcntl on POSIX, msvcrt on
+    Windows, else a lock file it removes), which ends with this process however
+    it ends; refused, naming its holder, when another process has it."""
+    path = run_dir / ".lock"
+    lock = filelock.FileLock(path, timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        for _ in range(50):  # the holder may be writing its line
+            try:
+                holder = path.read_text(errors="replace")
+            except OSError:  # Windows: the holder's locked byte cannot be read
+                holder = "\n"
+            if holder.endswith("\n"):
+                break
+            time.sleep(0.01)
+        holder = holder.strip() if holder.startswith("process ") else "another process"
+        raise UserError(f"{run_dir} is in use by {holder}: two processes must not train one "
+                        "run. Wait for it to finish (or stop it), or give another run.dir.") from None
+    except OSError as error:
+        raise UserError(f"Cannot write in the run directory {run_dir}: {error.strerror}. "
+                        "Give a folder you can write to with run.dir=PATH.") from None
+    if not isinstance(lock, filelock.SoftFileLock):  # whose file holds its own record
+        try:  # one write, for a refused process's message
+            path.write_text(f"process {os.getpid()} ({' '.join(sys.argv[:3])})\n")
+        except OSError:
+            pass  # Windows locks the file's first byte against other handles: no holder's name
+    return lock
+
+
+class SavedState:
+    """What `inspect` found: the finished `epochs` to resume from, the kept
+    `rows` of history.csv, and `repairs`, [(note, action)] to carry
+    out, in order, when training starts."""
+
+    def __init__(self, epochs, rows, repairs):
+        self.epochs, self.rows, self.repairs = epochs, rows, repairs
+
+    def apply(self, run_dir, config):
+        """Carries out the repairs, then writes config.yaml."""
+        for note, action in self.repairs:
+            action()
+            if note:
+                print(note, flush=True)
+        write_config(run_dir, config)
+
+
+def inspect(run_dir, config):
+    """A `SavedState`, read without writing: whether `config` can train in
+    `run_dir`, and from which epoch. config.yaml must be whole and differ
+    only in `RESUMABLE_KEYS`; the backup's latest state is used when whole
+    and written in order, else its previous one (`*.bkp`); history.csv's rows
+    after it go when training starts (a kill between its row and the backup)."""
+    backup, history = run_dir / "backup", run_dir / "history.csv"
+    saved, repairs = read_config(run_dir), []
+    if saved is not None:
+        changed = changed_keys(saved, config)
+        if changed:
+            raise UserError(f"Cannot resume {run_dir}: its config differs in {', '.join(changed)}. "
+                            "Only run.*, train.epochs, execution.mode, "
+                            "execution.steps_per_execution and execution.onednn may change; use "
+                            "the same settings, or another run.dir.")
+        epochs, schedule = config["train"]["epochs"], config["train"].get("schedule", "constant")
+        if saved["train"]["epochs"] != epochs and schedule != "constant":
+            raise UserError(f"Cannot change train.epochs from {saved['train']['epochs']} to "
+                            f"{epochs} when resuming {run_dir}: its learning rate follows a "
+                            f"'{schedule}' schedule over all its epochs, which would jump to a "
+                            "new curve. Keep the epochs, or start a new run.")
+    elif (backup / BACKUP_METADATA).exists() or history.exists():
+        raise UserError(f"{run_dir} holds a run's backup or history but no config.yaml, so the "
+                        "settings it trained with cannot be checked against these. Restore its "
+                        "config.yaml, or start a new run.dir.")
+    epochs, problem = _saved_state(backup, "")
+    if epochs is None and backup.exists():
+        previous = _saved_state(backup, ".bkp")[0]
+        if previous is not None:
+            repairs.append((f"repaired: {problem}; resuming from the previous backup, "
+                            f"{previous} finished epochs.", lambda: _restore_previous(backup)))
+            epochs = previous
+    rows, torn = history_rows(history)
+    if epochs is None and (backup.exists() or rows):
+        if len(rows) > 1 or (backup / f"{BACKUP_WEIGHTS}.bkp").exists():
+            raise UserError(
+                f"Cannot resume {run_dir}: {problem or f'{backup} is missing'}, and no previous "
+                "state can replace it. Start a new run with another run.dir, or delete "
+                f"{run_dir} to train this one from the start.")
+        repairs.append((f"note: {problem or f'{backup} is missing'}; at most one epoch was "
+                        "finished: starting this run from the beginning.",
+                        lambda: shutil.rmtree(backup, ignore_errors=True)))
+    epochs, wanted = epochs or 0, config["train"]["epochs"]
+    if epochs > wanted:
+        raise UserError(f"Cannot resume {run_dir}: its backup holds {epochs} finished epochs, "
+                        f"more than train.epochs={wanted}. A backup past the run's end is "
+                        "damaged or from another run: start a new run.dir.")
+    # CSVLogger appends: a last row without its newline would be joined to the next.
+    if torn or len(rows) > epochs or (history.exists() and not history.read_bytes().endswith(b"\n")
+                                      and history.stat().st_size):
+        repairs.append((f"repaired {torn_note(history, torn)}" if torn else "",
+                        lambda: _keep_rows(history, epochs)))
+    return SavedState(epochs, [row for row in rows if int(float(row["epoch"])) < epochs], repairs)
+
+
+def changed_keys(old, new, prefix=""):
+    """The dotted keys whose values differ between two configs, but `RESUMABLE_KEYS`."""
+    changed = []
+    for key in sorted(set(old) | set(new)):
+        dotted, a, b = f"{prefix}{key}", old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict) and dotted not in RESUMABLE_KEYS:
+            changed += changed_keys(a, b, dotted + ".")
+        elif a != b and dotted not in RESUMABLE_KEYS:
+            changed.append(dotted)
+    return changed
+
+
+def read_config(run_dir):
+    """The config a run in `run_dir` wrote, or None; a `UserError` when it
+    was cut short or edited (its digest line differs)."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        return None
+    body, _, digest = path.read_text(errors="replace").rpartition(DIGEST_PREFIX)
+    if not digest.strip() or hashlib.sha256(body.encode()).hexdigest() != digest.strip():
+        raise UserError(f"{path} is not the config this run wrote: it was cut short or edited "
+                        "(its digest line differs). A run trains with what its backup holds, "
+                        "whatever config.yaml says: restore the file, or start a new run.dir.")
+    return yaml.safe_load(body)
+
+
+def write_config(run_dir, config):
+    """Writes the resolved `config.yaml`, with its digest line."""
+    body = yaml.safe_dump(plain(config), sort_keys=False)
+    try:
+        (run_dir / "config.yaml").write_text(
+            body + DIGEST_PREFIX + hashlib.sha256(body.encode()).hexdigest() + "\n")
+    except OSError as error:
+        raise UserError(f"Cannot write the run directory {run_dir}: {error.strerror}. "
+                        "Give a folder you can write to with run.dir=PATH.") from None
+    print(f"run directory: {run_dir}", flush=True)
+
+
+def _restore_previous(backup):
+    for name in (BACKUP_WEIGHTS, BACKUP_METADATA):
+        shutil.copyfile(backup / f"{name}.bkp", backup / name)
+
+
+def saved_epochs(backup):
+    """The finished epochs a backup holds: its latest whole state's, else its previous one's."""
+    return _saved_state(backup, "")[0] or _saved_state(backup, ".bkp")[0] or 0
+
+
+def _saved_state(backup, suffix):
+    """(finished epochs, None) for a whole state in `backup`, else (None, what is wrong)."""
+    weights, metadata = backup / (BACKUP_WEIGHTS + suffix), backup / (BACKUP_METADATA + suffix)
+    for path in (weights, metadata):
+        if not path.exists():
+            return None, f"{path} is missing"
+    try:
+        epochs = json.loads(metadata.read_text())["epoch"]
+        if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0:
+            raise ValueError(epochs)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, f"{metadata} is damaged"
+    import h5py  # Keras' own dependency, for its .weights.h5 files
+
+    try:
+        with h5py.File(weights, "r") as file:
+            if not len(file):
+                raise OSError("empty")
+    except OSError:
+        return None, f"{weights} is damaged"
+    if metadata.stat().st_mtime_ns < weights.stat().st_mtime_ns:
+        return None, f"{weights} is newer than {metadata} (a kill between the two writes)"
+    return epochs, None
+
+
+def history_rows(path):
+    """(whole rows as dicts of strings, torn lines) of history.csv: a kill while
+    CSVLogger writes leaves a last line that does not parse to the header's numbers."""
+    if not path.exists():
+        return [], []
+    try:
+        lines = path.read_text().splitlines(keepends=True)
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not text, so not the history CSVLogger wrote: restore it, "
+                        "or start a new run.dir.") from None
+    if not lines or not lines[0].endswith("\n"):  # no header yet, or a torn one
+        return [], lines
+    header, rows, torn = next(csv.reader(lines[:1])), [], []
+    for line in lines[1:]:
+        fields = next(csv.reader([line]), [])
+        if len(fields) == len(header) and fields[0] and all(map(_is_number, fields)):
+            rows.append(dict(zip(header, fields)))
+        elif line.strip():
+            torn.append(line)
+    return rows, torn
+
+
+def _is_number(text):
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return text in ("", "NA")
+
+
+def _keep_rows(path, epochs):
+    """Rewrites history.csv with its header and the rows of the epochs before
+    `epochs`: the later ones train again, and a torn row goes."""
+    rows = history_rows(path)[0]
+    with path.open(newline="", errors="replace") as file:
+        first = file.readline()
+    with path.open("w", newline="") as file:
+        if first.endswith("\n"):  # else a kill tore the header: CSVLogger writes it again
+            writer = csv.DictWriter(file, fieldnames=next(csv.reader([first])),
+                                    lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(row for row in rows if int(float(row["epoch"])) < epochs)
+
+
+def torn_note(path, torn):
+    return (f"{path}: left out {len(torn)} incomplete row(s), what a kill during a write "
+            f"leaves: {' | '.join(line.strip() for line in torn)}")
+
+
+# ## history.csv, as the harness and the tools read it
+
+def read_rows(path, announce=None):
+    """history.csv's whole rows as dicts of strings; [] if there is none yet. A
+    row a kill tore while CSVLogger wrote it is left out, and `announce`
+    (e.g. `print`), if given, told so in one line."""
+    rows, torn = history_rows(Path(path))
+    if torn and announce:
+        announce(torn_note(path, torn))
+    return rows
+
+
+def read_history(path):
+    """history.csv's epochs as dicts of the model's metrics, each with its `epoch`."""
+    return as_history(read_rows(path))
+
+
+def read_column(path, column):
+    """One column of history.csv as floats, for the epochs that have a number there."""
+    values = []
+    for row in read_rows(path):
+        try:
+            values.append(float(row.get(column)))
+        except (TypeError, ValueError):
+            continue  # no value: "" or NA
+    return values
+
+
+def as_history(rows):
+    return [{k: (int(float(v)) if k == "epoch" else float(v)) for k, v in row.items()
+             if not k.startswith("time_") and v not in ("", "NA")}
+            for row in rows]

@@ -1,0 +1,112 @@
+"""`python -m keras_course_recipes copy NAME DIR`: a recipe module and the kit's files it imports,
+copied into DIR with their folders, where `python NAME.py` trains on its own
+without the kit installed; prints each file's lines and the total a student
+takes along. (Where the kit is installed, the recipe's file alone is enough.)"""
+
+import ast
+import importlib.util
+import shutil
+from pathlib import Path
+
+import keras_course_recipes as kit
+from keras_course_recipes.errors import UserError
+from keras_course_recipes.tools import Command
+
+PACKAGE = "keras_course_recipes"
+OPTIONAL = f"{PACKAGE}/folder.py"  # data.py loads it by name, only for data.source=folder
+
+
+def kit_files(path):
+    """{path in a copy: its source file} of the kit's modules that the Python file
+    `path` imports (an import statement anywhere in it), theirs in turn, and their
+    packages' `__init__.py`, by module path (`keras_course_recipes/models/mlp.py`,
+    from models/ in a checkout), sorted."""
+    found, todo = {}, [Path(path)]
+    while todo:
+        for module in _imported_modules(todo.pop().read_text()):
+            parts = module.split(".")
+            if parts[0] != PACKAGE:
+                continue
+            for depth in range(1, len(parts) + 1):  # each package on the way, then the module
+                spec = _spec(".".join(parts[:depth]))
+                if spec is None:
+                    break  # a name the module defines (`from errors import UserError`)
+                package = spec.submodule_search_locations is not None
+                relative = "/".join(parts[:depth]) + ("/__init__.py" if package else ".py")
+                if relative not in found:
+                    found[relative] = Path(spec.origin)
+                    todo.append(Path(spec.origin))
+                if not package:
+                    break  # what follows is a name it defines: looking would import it
+    return dict(sorted(found.items()))
+
+
+def _spec(module):
+    """The import spec of `module` (its package imported, never the module), or None."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except ImportError:  # a name inside a module, not a module
+        return None
+    return spec if spec is not None and spec.origin else None
+
+
+def _imported_modules(source):
+    """Every module an import statement in `source` names: `from a import b`
+    names `a` and, where it is a module, `a.b`."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def copy(name, folder):
+    """Copies recipe module `name` and its kit's files into `folder`; returns
+    [(path in folder, lines)]. Refuses a file that is there already."""
+    if name not in kit.MODULES:
+        kit.check_name(name)
+        raise UserError(f"{name} is a YAML recipe of {kit.module_of(name)}: copy "
+                        f"{kit.module_of(name)}, and set its CONFIG as configs/{name}.yaml "
+                        "says.")
+    folder = Path(folder).expanduser()
+    recipe = kit.RECIPES_DIR / f"{name}.py"
+    sources = {f"{name}.py": recipe, **kit_files(recipe)}
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"{folder} is a file: give a folder to copy {name} into.")
+    there = [path for path in sources if (folder / path).exists()]
+    if there:
+        raise UserError(f"{folder} already holds {', '.join(there)}: copy into another folder, "
+                        "or remove them first.")
+    copied = []
+    try:
+        for path, source in sources.items():
+            (folder / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, folder / path)
+            copied.append((path, len(source.read_text().splitlines())))
+    except OSError as error:
+        raise UserError(f"Cannot copy into {folder}: {error.strerror} "
+                        f"({error.filename or folder}). Give a folder you can write to.") from None
+    return copied
+
+
+def main(name, folder):
+    copied = copy(name, folder)
+    for path, lines in copied:
+        print(f"{lines:6,}  {path}")
+    print(f"{sum(lines for _, lines in copied):6,}  in all: cd {folder} && python {name}.py "
+          "data.source=synthetic train.epochs=1")
+    optional = len((kit.PACKAGE_DIR / "folder.py").read_text().splitlines())
+    print(f"for data.source=folder, copy {OPTIONAL} too ({optional:,} lines); where the kit is "
+          f"installed, {name}.py alone is enough")
+
+
+def _arguments(parser):
+    parser.add_argument("name", help="recipe module (see `list`)")
+    parser.add_argument("folder", help="where to copy it")
+
+
+COMMANDS = (
+    Command("copy", "copy a recipe and the kit's files it imports into a folder of your own",
+            main, arguments=_arguments, on_recipe=False, without_tensorflow=True),
+)
