@@ -158,7 +158,7 @@ def run_with(recipe, config, *more_callbacks):
     for the reader: the config names it)."""
     from keras_course_recipes import harness
 
-    assert recipe.__name__ == f"recipes.{kit.module_of(config['recipe'])}"
+    assert recipe.__name__ == f"keras_course_recipes.recipes.{kit.module_of(config['recipe'])}"
     return harness.train(config, extra_callbacks=more_callbacks)
 
 

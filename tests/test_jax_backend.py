@@ -17,6 +17,7 @@ import math
 import os
 import subprocess
 import sys
+import sysconfig
 import venv
 
 import keras
@@ -275,12 +276,14 @@ def test_a_backend_that_is_not_installed_is_one_line(tiny_config, monkeypatch):
 def python_without_tensorflow(tmp_path):
     """A Python with JAX and requirements-no-tf.txt, and what they require,
     but nothing else, as on the lent GPU machine: a venv whose site-packages
-    links to those packages of this environment."""
+    links to those packages of this environment, and to the kit's editable
+    install (its finder maps recipes/, models/ and callbacks/ into the package)."""
     venv.create(tmp_path / "venv", with_pip=False)
     site = next((tmp_path / "venv" / "lib").glob("python3*/site-packages"))
     wanted, todo = set(), [line.split("#")[0].strip() for name in (
         "requirements-no-tf.txt", "requirements-jax.txt")
         for line in (ROOT / name).read_text().splitlines() if line.split("#")[0].strip()]
+    todo.append("keras-course-recipes")
     while todo:
         requirement = Requirement(todo.pop())
         name = canonicalize_name(requirement.name)
@@ -290,8 +293,10 @@ def python_without_tensorflow(tmp_path):
         wanted.add(name)
         todo += importlib.metadata.requires(name) or []
     assert "tensorflow" not in wanted and "keras" in wanted
+    # This environment's own record of each (the checkout's *.egg-info, on sys.path here, is not).
+    purelib = sysconfig.get_paths()["purelib"]
     for name in wanted:
-        distribution = importlib.metadata.distribution(name)
+        distribution = next(importlib.metadata.distributions(name=name, path=[purelib]))
         for top in {file.parts[0] for file in distribution.files} - {"..", "__pycache__"}:
             if not (site / top).exists():
                 (site / top).symlink_to(distribution.locate_file(top))

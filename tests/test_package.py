@@ -82,12 +82,17 @@ def test_pip_installs_the_kit_from_a_clone_or_its_git_url(how, tmp_path):
     installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
                                 "--quiet", "--no-deps", *source], capture_output=True, text=True)
     assert installed.returncode == 0, installed.stderr[-3000:]
-    where = subprocess.run([str(python), "-c", "import keras_course_recipes as kit; print(kit.CONFIGS_DIR, "
-                            "len(kit.names()))"], cwd=tmp_path, capture_output=True, text=True)
-    folder, count = where.stdout.split()
-    assert int(count) == len(__import__("recipes").names()), where.stderr
-    assert folder == str(tmp_path / "checkout" / "configs") if how == "editable" else (
-        folder.endswith("site-packages/recipes/configs"))
+    where = subprocess.run([str(python), "-c", "import keras_course_recipes as kit; "
+                            "print(kit.CONFIGS_DIR, kit.RECIPES_DIR, len(kit.names()))"],
+                           cwd=tmp_path, capture_output=True, text=True)
+    configs, lessons, count = where.stdout.split()
+    assert int(count) == len(kit.names()), where.stderr
+    if how == "editable":  # the checkout's folders, mapped into the package
+        assert (configs, lessons) == (str(tmp_path / "checkout" / "configs"),
+                                      str(tmp_path / "checkout" / "recipes"))
+    else:
+        assert configs.endswith("site-packages/keras_course_recipes/configs")
+        assert lessons.endswith("site-packages/keras_course_recipes/recipes")
 
 
 @pytest.mark.slow

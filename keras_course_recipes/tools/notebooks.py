@@ -80,14 +80,14 @@ def _as_written(path):
 # The notebook's first code cell. pip needs a source: no package index holds the kit, so the cell
 # takes what it finds where the notebook is opened.
 KIT_CELL = '''# recipes/{module}.py, cell by cell (`make notebooks` writes it). It runs on its kit, the
-# keras-course-recipes package (recipes, models, callbacks). Where this kernel lacks it, this
+# keras-course-recipes package (keras_course_recipes). Where this kernel lacks it, this
 # cell installs it from KIT if you set it (a clone's folder, a git URL or a wheel), else from a
 # wheel of it beside this notebook (`make wheel` builds one; in Colab, upload it with the
 # notebook), else from the clone this notebook sits in.
 KIT = ""
 import glob, importlib, importlib.util, os, pathlib, subprocess, sys
 
-if importlib.util.find_spec("recipes") is None:
+if importlib.util.find_spec("keras_course_recipes") is None:
     source = KIT or next(iter(sorted(glob.glob("keras_course_recipes-*.whl"))), "")
     source = source or (".." if os.path.isfile("../pyproject.toml") else "")
     where = source if "://" in source else pathlib.Path(source).resolve().as_uri()
