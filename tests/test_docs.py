@@ -167,7 +167,7 @@ def test_the_layout_names_every_module_and_callback():
 # PyTorch and a user's copy of cifar10-airbench, tests/test_anchor.py patches a
 # stand-in).
 # `tfds-to-folder` needs a network: tests/test_tfds_folder.py runs it on tfds' mock data.
-NOT_RECIPE_COMMANDS = {"setup", "test", "test-fast", "tensorboard", "battery", "anchor", "wheel",
+NOT_RECIPE_COMMANDS = {"setup", "test", "test-fast", "test-slow", "tensorboard", "battery", "anchor", "wheel",
                        "tfds-to-folder"}
 
 
