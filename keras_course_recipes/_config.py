@@ -105,8 +105,7 @@ def _backend_before_keras(source, layers, overrides):
         for _, layer in layers:
             value = settings.flatten(layer).get(key, value)
         for item in overrides:
-            name, _, text = item.partition("=")
-            if name.strip() == key:
+            if item.partition("=")[0].strip() == key:
                 value = settings.parse_override(item)[1]
         found[key] = value
     backend = found["execution.backend"] or DEFAULTS["execution"]["backend"]

@@ -29,13 +29,14 @@ from pathlib import Path
 from keras_course_recipes import errors, rundir
 from keras_course_recipes.errors import (Interrupted, Terminated, TrainingDiverged, UserError,
                             exit_status, note_reported, raise_pending)
-from keras_course_recipes.settings import DEFAULTS, data_defaults, parse_override, resolve, resolve_mode
+from keras_course_recipes.settings import (BACKEND_MODES, DEFAULTS, data_defaults, parse_override,
+                                           resolve, resolve_mode)
 
 
 # ## A copied recipe's command line, and a notebook cell's
 
 # The backends a recipe trains on: Keras has others (numpy, openvino) that cannot train.
-KERAS_BACKENDS = ("tensorflow", "jax", "torch")
+KERAS_BACKENDS = tuple(BACKEND_MODES)
 
 
 def start(name):

@@ -315,8 +315,7 @@ def source_literal(source, name, path="<source>"):
     `NotLiteral` when its value is an expression (`1e-3 * 2`, a name, a call) or a
     later top-level statement (outside `if __name__ == "__main__":`) mentions it."""
     body = ast.parse(source).body
-    places = [index for index, node in enumerate(body) if isinstance(node, ast.Assign)
-              and getattr(node.targets[0], "id", None) == name]
+    places = _assignments(body, name)
     if not places:
         return None
     later = [node for node in body[places[-1] + 1:]
@@ -331,6 +330,12 @@ def source_literal(source, name, path="<source>"):
         raise NotLiteral(f"{path}: {name} holds an expression") from None
 
 
+def _assignments(body, name):
+    """The indexes in a module's `body` of the statements that assign `name`."""
+    return [index for index, node in enumerate(body) if isinstance(node, ast.Assign)
+            and getattr(node.targets[0], "id", None) == name]
+
+
 def _is_main_block(node):
     """Whether `node` is `if __name__ == "__main__":`."""
     test = getattr(node, "test", None)
@@ -342,9 +347,9 @@ def literal_at(path, name, dotted):
     """The literal at `dotted` ("execution.backend") inside the dict literal assigned to
     `name` in the file `path`, None where it is not set; a `UserError` where it is an
     expression: it is read before Keras loads, so only a literal can be."""
-    nodes = [node for node in ast.parse(Path(path).read_text()).body
-             if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == name]
-    node = nodes[-1].value if nodes else None
+    body = ast.parse(Path(path).read_text()).body
+    places = _assignments(body, name)
+    node = body[places[-1]].value if places else None
     for part in dotted.split("."):
         if not isinstance(node, ast.Dict):
             return None
