@@ -16,7 +16,7 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe notebooks wheel copy anchor tfds-to-folder sweep compare compare-sizes benchmark benchmark-backends benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak battery test test-fast test-slow tensorboard clean
+.PHONY: help setup list show recipe notebooks wheel copy anchor tfds-to-folder sweep compare compare-sizes benchmark benchmark-backends benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak battery test test-fast test-slow test-benchmarks tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
@@ -48,6 +48,7 @@ help:
 	@echo "make test                                          the offline test suite: test-fast, then test-slow"
 	@echo "make test-fast                                     its config, model and unit tests: no training"
 	@echo "make test-slow                                     the tests that train or start processes"
+	@echo "make test-benchmarks                               the record tools' runs (benchmarks/), on tiny inputs"
 	@echo "make tensorboard                                   TensorBoard on runs/"
 	@echo "make setup [GPU=1]                                 create .venv (GPU=1: CUDA build)"
 
@@ -94,14 +95,14 @@ copy: $(INSTALLED)
 # split, RUNS times each; needs requirements-torch.txt. Not a test: it reports.
 anchor: $(INSTALLED)
 	@test -n "$(SCRIPT)" -a -n "$(DATA)" || { echo "usage: make anchor SCRIPT=airbench94_muon.py DATA=<folder with train/> [RUNS=3] [NAME=...] [ARGS=...]"; exit 2; }
-	@$(PY) -m keras_course_recipes anchor $(or $(NAME),densenet_cifar10_cpu) --script $(SCRIPT) \
+	@$(PY) -m benchmarks anchor $(or $(NAME),densenet_cifar10_cpu) --script $(SCRIPT) \
 	    runs=$(or $(RUNS),3) data.source=folder data.path=$(DATA) $(ARGS)
 
 # densenet_cifar10_cpu's (or NAME's) training step on TensorFlow (with and
 # without its own kernels), JAX and torch (channels-last and -first), and with
 # SCRIPT=airbench94_muon.py PyTorch's own step beside them. Not a test: it reports.
 benchmark-backends: $(INSTALLED)
-	@$(PY) -m keras_course_recipes backends $(or $(NAME),densenet_cifar10_cpu) $(if $(SCRIPT),--script $(SCRIPT)) $(ARGS)
+	@$(PY) -m benchmarks backends $(or $(NAME),densenet_cifar10_cpu) $(if $(SCRIPT),--script $(SCRIPT)) $(ARGS)
 
 # tensorflow-datasets' DATASET (cifar10, ...) as DIR/train/ and DIR/test/ of
 # lossless PNGs, for data.source=folder; run once where a network is.
@@ -214,9 +215,14 @@ test: test-fast test-slow
 test-fast: $(INSTALLED)
 	$(PYTEST) -m "not slow" tests
 
-# The tests that train or start processes (marked slow).
+# The tests that train or start processes (marked slow), but the record tools' runs.
 test-slow: $(INSTALLED)
-	$(PYTEST) -m slow tests
+	$(PYTEST) -m "slow and not benchmark" tests
+
+# The record tools' runs (benchmarks/: the airbench ablation's PyTorch step, the
+# backends table): measurements, checked on tiny inputs; not part of make test.
+test-benchmarks: $(INSTALLED)
+	$(PYTEST) -m benchmark tests
 
 tensorboard: $(INSTALLED)
 	@mkdir -p runs

@@ -46,28 +46,31 @@ BUILT_IN = (
 # The module in keras_course_recipes/tools/ that declares each other command, in its
 # COMMANDS: imported only when that command runs (or for -h), so that `run`
 # loads what training needs, and no tool.
-TOOLS = {"curves": "curves", "sweep": "sweep", "compare": "compare", "compare-sizes": "compare",
-         "scaling": "compare", "preview": "preview", "graph": "graph", "profile": "profile",
-         "soak": "soak", "augment-benchmark": "augment_bench", "data-benchmark": "data_bench",
-         "memory": "memory", "multiworker": "multiworker", "notebooks": "notebooks",
-         "copy": "copy", "anchor": "anchor",
-         "tfds-to-folder": "tfds_folder", "backends": "backends"}
+TOOLS = {name: f"keras_course_recipes.tools.{module}" for name, module in {
+    "curves": "curves", "sweep": "sweep", "compare": "compare", "compare-sizes": "compare",
+    "scaling": "compare", "preview": "preview", "graph": "graph", "profile": "profile",
+    "soak": "soak", "augment-benchmark": "augment_bench", "data-benchmark": "data_bench",
+    "memory": "memory", "multiworker": "multiworker", "notebooks": "notebooks", "copy": "copy",
+    "tfds-to-folder": "tfds_folder"}.items()}
 
 
-def commands(names=None):
-    """{name: Command} of the built-in commands and of the tools `names` (all: None)."""
+def commands(names=None, tools=None):
+    """{name: Command} of the built-in commands and of the tools `names` (all: None);
+    `tools`: {command: module} in place of `TOOLS` (the checkout's benchmarks/)."""
+    tools = tools or TOOLS
     found = {command.name: command for command in BUILT_IN}
-    for module in dict.fromkeys(TOOLS[name] for name in (names or TOOLS) if name in TOOLS):
-        for command in importlib.import_module(f"keras_course_recipes.tools.{module}").COMMANDS:
+    for module in dict.fromkeys(tools[name] for name in (names or tools) if name in tools):
+        for command in importlib.import_module(module).COMMANDS:
             found[command.name] = command
     return found
 
 
-def build_parser(found=None):
+def build_parser(found=None, prog=None):
     """The command line's parser: a subcommand for each of `found` (every command's)."""
     parser = argparse.ArgumentParser(
         # `recipes` where the kit's command runs it, `python -m keras_course_recipes` otherwise.
-        prog="python -m keras_course_recipes" if sys.argv[0].endswith("__main__.py") else None,
+        prog=prog or ("python -m keras_course_recipes" if sys.argv[0].endswith("__main__.py")
+                      else None),
         description="Train Keras 3 recipes in eager, graph or XLA mode.")
     parser.add_argument("--version", action="version",
                         version=f"keras-course-recipes {kit.__version__}")
@@ -86,12 +89,14 @@ def build_parser(found=None):
     return parser
 
 
-def main(argv=None):
+def main(argv=None, tools=None, prog=None):
+    """Runs the command `argv` names; `tools` and `prog` as `entry_point`'s."""
     argv = sys.argv[1:] if argv is None else argv
+    tools = tools or TOOLS
     # The parser of the command named first; of every command for -h or a typo.
-    named = argv[0] if argv and argv[0] in {*TOOLS, *(c.name for c in BUILT_IN)} else None
-    found = commands([named] if named else None)
-    cli = build_parser(found)
+    named = argv[0] if argv and argv[0] in {*tools, *(c.name for c in BUILT_IN)} else None
+    found = commands([named] if named else None, tools)
+    cli = build_parser(found, prog)
     # key=value items may also follow options (`sweep NAME --grid ... k=v`),
     # which argparse leaves over.
     args, extra = cli.parse_known_args(argv)
@@ -116,7 +121,7 @@ def main(argv=None):
     for key in (item.partition("=")[0] for item in items):
         if "." in key or command.takes(key):
             continue  # a config key, or this command's option
-        owners = [other.name for other in commands().values() if other.takes(key)]
+        owners = [other.name for other in commands(tools=tools).values() if other.takes(key)]
         if owners:
             cli.error(f"{key}= belongs to {', '.join(owners)}")
     # The command's options are split off first: the rest is the config,
@@ -155,11 +160,11 @@ def exit_status(error):
     return None
 
 
-def run_cli(argv=None):
+def run_cli(argv=None, tools=None, prog=None):
     """`main`, as the command line runs it: what a user can fix is one
     message on stderr and an exit status (`exit_status`); returns it."""
     try:
-        return main(argv)
+        return main(argv, tools, prog)
     except (Exception, KeyboardInterrupt) as error:
         found = exit_status(error)
         if found is None:
@@ -170,17 +175,18 @@ def run_cli(argv=None):
         return status
 
 
-def entry_point():
+def entry_point(tools=None, prog=None):
     """`python -m keras_course_recipes` and the `recipes` command that installing the kit adds: the
     process is the command's, set up here (never on import): a Ctrl-C or SIGTERM is one
     line from now on, and TensorFlow's C++ start-up notices, noise to a reader of a
-    training log, are off unless asked for."""
+    training log, are off unless asked for. `tools`: {command: module declaring it}
+    in place of the kit's `TOOLS`, with `prog` its name (`python -m benchmarks`)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     errors.install_interrupt_hooks()
     runs.freeze_at_exit()
     try:
         with runs.signals_and_output():
-            status = run_cli()
+            status = run_cli(tools=tools, prog=prog)
     finally:
         errors.restore_interrupt_hooks()
     sys.exit(status)

@@ -1,4 +1,4 @@
-"""keras_course_recipes/tools/airbench_ablation.py: airbench94_muon's loop in PyTorch with
+"""benchmarks/airbench_ablation.py: airbench94_muon's loop in PyTorch with
 the recipe's differences as variants. It trains a variant on random images
 for a step, writes each run as a JSON line and the table, reads an image
 folder in the official order its names give, and refuses an unknown variant
@@ -14,9 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")  # PyTorch is optional: requirements-torch.txt
 
 from conftest import ROOT  # noqa: E402  (after the skip)
-from keras_course_recipes.tools import airbench_ablation  # noqa: E402
+from benchmarks import airbench_ablation  # noqa: E402
 
 
+@pytest.mark.benchmark  # a record tool's run: make test-benchmarks
 @pytest.mark.slow  # trains a PyTorch network
 def test_a_variant_trains_a_step_and_writes_its_line_and_the_table(tmp_path, capsys):
     out = tmp_path / "runs.jsonl"
@@ -58,7 +59,7 @@ def test_a_folder_without_images_is_one_line(tmp_path, capsys):
 def test_every_command_the_docs_show_parses_with_its_variants(tmp_path):
     (tmp_path / "train").mkdir()  # DATA stands for the user's folder of train/<class>/*
     shown = [line for page in (ROOT / "docs").glob("*.md") for line in page.read_text().splitlines()
-             if line.startswith("python -m keras_course_recipes.tools.airbench_ablation ")]
+             if line.startswith("python -m benchmarks.airbench_ablation ")]
     assert len(shown) >= 2
     for line in shown:
         words = shlex.split(line)[3:]

@@ -1,4 +1,4 @@
-"""`python -m keras_course_recipes anchor`: cifar10-airbench's script patched for a CPU at run
+"""`python -m benchmarks anchor`: cifar10-airbench's script patched for a CPU at run
 time, on a stand-in that holds exactly what the published scripts hold where
 the patches apply; a changed or unreadable script, refused data and a missing
 PyTorch are one line each, and a refused command writes nothing. The table
@@ -13,9 +13,10 @@ import keras
 import numpy as np
 import pytest
 
+from benchmarks.__main__ import TOOLS as BENCHMARKS
 from keras_course_recipes import __main__ as cli
 from keras_course_recipes.errors import UserError
-from keras_course_recipes.tools import anchor
+from benchmarks import anchor
 
 # What airbench94_muon.py holds around each patch, and nothing else of it.
 STAND_IN = '''import os
@@ -125,11 +126,11 @@ def write_images(root, splits=("train", "test"), per_class=10):
 
 
 def command_line(capsys, *args):
-    """(exit status, stderr) of `python -m keras_course_recipes anchor ARGS`, in this process."""
+    """(exit status, stderr) of `python -m benchmarks anchor ARGS`, in this process."""
     capsys.readouterr()
     # The recipe's oneDNN setting cannot reach this process's TensorFlow, started already.
     status = cli.run_cli(["anchor", "densenet_cifar10_cpu", *map(str, args),
-                          "execution.onednn=null"])
+                          "execution.onednn=null"], BENCHMARKS)
     return status, capsys.readouterr().err
 
 

@@ -1,4 +1,4 @@
-"""`python -m keras_course_recipes backends`: the recipe's step on each installed backend,
+"""`python -m benchmarks backends`: the recipe's step on each installed backend,
 two steps each on synthetic data, with PyTorch's own step on a stand-in of
 airbench94_muon.py; an absent backend is one line, and its rows are left out."""
 
@@ -11,7 +11,7 @@ import pytest
 
 import keras_course_recipes as kit
 from keras_course_recipes import UserError, _config, _environment
-from keras_course_recipes.tools import backends
+from benchmarks import backends
 
 from conftest import ROOT
 from test_anchor import STAND_IN
@@ -51,6 +51,7 @@ TINY = ["data.batch_size=8", "data.synthetic_examples=64", "model.widths=[8,8,8]
         "execution.onednn=null", "execution.precision=float32"]
 
 
+@pytest.mark.benchmark  # a record tool's run: make test-benchmarks
 @pytest.mark.slow
 def test_each_installed_backend_takes_its_steps_beside_pytorchs_own(tmp_path, capsys):
     script = tmp_path / "airbench94_muon.py"

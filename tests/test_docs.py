@@ -1,8 +1,8 @@
 """The README and docs/ stay true: their links resolve, the tables that
 document the code list what it has, and every command they show runs.
 
-A command shown is a line of a ```sh block that starts with `make` or
-`python -m keras_course_recipes`, or an inline `make ... NAME=...` or
+A command shown is a line of a ```sh block that starts with `make`,
+`python -m keras_course_recipes` or the checkout's `python -m benchmarks`, or an inline `make ... NAME=...` or
 `python -m keras_course_recipes COMMAND RECIPE ...` in the prose. `make` expands it through
 the Makefile itself (with `PY` standing in for Python), so that a target and
 its variables are checked as a reader would type them.
@@ -22,6 +22,7 @@ import sys
 import pytest
 
 import keras_course_recipes as kit
+from benchmarks.__main__ import TOOLS as BENCHMARKS
 from conftest import ROOT, TINY, TINY_MODEL, measure_tensorflow_modes_here
 from keras_course_recipes import __main__ as cli, harness
 from keras_course_recipes import _config, _environment
@@ -31,6 +32,9 @@ from keras_course_recipes.tools import notebooks as _notebooks
 from keras_course_recipes.tools.sweep import parse_grid
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# The commands of `python -m keras_course_recipes` and of `python -m benchmarks`.
+TOOLS = {**cli.TOOLS, **BENCHMARKS}
+PROGRAMS = (["python", "-m", "keras_course_recipes"], ["python", "-m", "benchmarks"])
 FENCE = re.compile(r"^ *```(\w*)\n(.*?)^ *```", re.MULTILINE | re.DOTALL)
 
 
@@ -149,8 +153,8 @@ def test_the_layout_names_every_module_and_callback():
     layout = layout_block()
     helpers = [path.stem.lstrip("_") for path in (ROOT / "keras_course_recipes").glob("_*.py")
                if not path.stem.startswith("__")]
-    tools = [path.stem for path in (ROOT / "keras_course_recipes" / "tools").glob("*.py")
-             if path.stem != "__init__"]
+    tools = [path.stem for folder in (ROOT / "keras_course_recipes" / "tools", ROOT / "benchmarks")
+             for path in folder.glob("*.py") if not path.stem.startswith("__")]
     public = ["runs", "data", "folder", "augment", "harness"]
     builders = [path.stem for path in (ROOT / "models").glob("*.py") if path.stem != "__init__"]
     # One class per module in callbacks/, named after it.
@@ -175,7 +179,7 @@ def not_run(words):
     """Whether a shown command is one of NOT_RECIPE_COMMANDS, as make or python -m keras_course_recipes."""
     words = list(words)  # all_commands() gives tuples, which never equal a list
     return ((words[0] == "make" and words[1] in NOT_RECIPE_COMMANDS)
-            or (words[:3] == ["python", "-m", "keras_course_recipes"] and words[3] in NOT_RECIPE_COMMANDS)
+            or (words[:3] in PROGRAMS and words[3] in NOT_RECIPE_COMMANDS)
             or (words[0] == "recipes" and words[1] in NOT_RECIPE_COMMANDS))
 # What `make` passes to Python stands in for the interpreter: it prints the
 # arguments, one JSON list per line.
@@ -189,7 +193,7 @@ def shown_commands(page):
         if match[1] == "sh":
             for line in match[2].replace("\\\n", " ").splitlines():
                 words = shlex.split(line, comments=True)
-                if words[:1] in (["make"], ["recipes"]) or words[:3] == ["python", "-m", "keras_course_recipes"]:
+                if words[:1] in (["make"], ["recipes"]) or words[:3] in PROGRAMS:
                     yield words  # `recipes`: the command the installed kit adds
     for span in re.findall(r"`((?:make|python -m keras_course_recipes) [^`]*)`", FENCE.sub("", text)):
         words = shlex.split(span)
@@ -231,8 +235,8 @@ def test_every_shown_command_resolves_as_the_command_line_would(page, monkeypatc
     its tool: the make target, the recipe, the options and the overrides."""
     reached = []
     patched = {name: dataclasses.replace(command, run=lambda **arguments: reached.append(arguments))
-               for name, command in cli.commands().items()}
-    monkeypatch.setattr(cli, "commands", lambda names=None: patched)
+               for name, command in cli.commands(tools=TOOLS).items()}
+    monkeypatch.setattr(cli, "commands", lambda names=None, tools=None: patched)
     # Only resolving: this process' Keras and TensorFlow are already started.
     monkeypatch.setattr(_environment, "request_backend", lambda config: None)
     monkeypatch.setattr(_environment, "request_onednn", lambda config: None)
@@ -243,7 +247,7 @@ def test_every_shown_command_resolves_as_the_command_line_would(page, monkeypatc
             continue
         for argv in expand(tuple(words)):
             reached.clear()
-            assert cli.main(argv) == 0 and len(reached) == 1, argv
+            assert cli.main(argv, TOOLS) == 0 and len(reached) == 1, argv
 
 
 # Shown commands that need what came before them (a run interrupted by hand),
@@ -327,7 +331,7 @@ KEEP_EPOCHS_UP_TO = 4
 
 def tiny(argv):
     """`argv` made tiny: random images, batches of 16, two steps an epoch."""
-    if not cli.commands()[argv[0]].on_recipe:
+    if not cli.commands(tools=TOOLS)[argv[0]].on_recipe:
         return argv
     command, name, *items = argv
     epochs = [int(item.split("=")[1]) for item in items if item.startswith("train.epochs=")]
@@ -374,9 +378,10 @@ def what_runs(argv):
     """What `argv` runs, as the command line resolves it: its command, recipe,
     options and resolved config, as text. Commands that differ only in
     writing a recipe's own setting again run the same."""
-    args, extra = cli.build_parser().parse_known_args(argv)
+    found = cli.commands(tools=TOOLS)
+    args, extra = cli.build_parser(found).parse_known_args(argv)
     arguments = dict(vars(args))
-    command = cli.commands()[arguments.pop("command")]
+    command = found[arguments.pop("command")]
     if not command.on_recipe:
         return shlex.join(argv)
     options, overrides = command.split([*arguments.pop("overrides"), *extra])
@@ -480,7 +485,7 @@ def test_every_shown_command_runs_for_a_few_steps(case, tmp_path, monkeypatch):
             assert result.returncode == 0, f"{argvs}: {result.stderr[-3000:]}"
             continue
         for argv in argvs:
-            assert cli.main(argv) == 0, argv
+            assert cli.main(argv, TOOLS) == 0, argv
     metrics = sorted(tmp_path.glob("runs/**/metrics.json"))
     for path in metrics:
         loss = json.loads(path.read_text())["final"].get("loss")

@@ -1,6 +1,7 @@
 """The layout keeps its lists true: `kit.MODULES` names the recipe
 modules in the folder, and the command table of docs/configuration.md names
-the commands of `python -m keras_course_recipes`, each with the options its tool declares."""
+the commands of `python -m keras_course_recipes` and of the checkout's `python -m
+benchmarks`, each with the options its tool declares."""
 
 import ast
 import re
@@ -9,9 +10,10 @@ import pytest
 
 import keras_course_recipes as kit
 from conftest import ROOT
+from benchmarks.__main__ import TOOLS as BENCHMARKS
 from keras_course_recipes.__main__ import commands, main
 
-COMMANDS = commands()
+COMMANDS = {**commands(), **commands(tools=BENCHMARKS)}
 
 
 def _top_level_functions(path):
@@ -32,7 +34,8 @@ def _readme_commands():
     reference = (ROOT / "docs" / "configuration.md").read_text()
     section = reference.split("\n## Command line\n")[1].split("\n## ")[0]
     return {match[1]: match[0] for match in
-            re.finditer(r"^\| `python -m keras_course_recipes ([\w-]+).*$", section, re.MULTILINE)}
+            re.finditer(r"^\| `python -m (?:keras_course_recipes|benchmarks) ([\w-]+).*$", section,
+                        re.MULTILINE)}
 
 
 def test_the_readme_table_lists_every_command_and_no_other():

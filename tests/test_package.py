@@ -22,6 +22,8 @@ def test_the_wheel_holds_the_kit_and_the_yaml_recipes(fresh_pythons):
     # One top-level import package, the project's own: no `recipes`, `models` or `callbacks`.
     assert {name.split("/")[0] for name in names if not name.split("/")[0].endswith(
         ".dist-info")} == {"keras_course_recipes"}
+    # The record tools are the checkout's (benchmarks/), not a student's.
+    assert not [name for name in names if "anchor" in name or "airbench" in name]
     entry_points = next(name for name in names if name.endswith("entry_points.txt"))
     assert "recipes = keras_course_recipes.__main__:entry_point" in zipfile.ZipFile(
         fresh_pythons.wheel).read(entry_points).decode()

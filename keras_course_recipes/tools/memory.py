@@ -110,7 +110,7 @@ def _measure(job):
     import tensorflow as tf
 
     from keras_course_recipes.models.revnet import depth, variant_spec
-    from keras_course_recipes import _environment, harness
+    from keras_course_recipes import _environment
     from keras_course_recipes.augment import network_of
 
     config = _config.resolve(job["name"], job["config_files"], [

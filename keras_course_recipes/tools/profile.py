@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, UserError, _config, harness, rundir, runs
+from keras_course_recipes import RUNS_DIR, UserError, _config, harness, rundir
 from keras_course_recipes.errors import install_advice
 from keras_course_recipes.tools import Command, tables
 
@@ -75,7 +75,7 @@ def profile(name, config_files=(), overrides=()):
                                            profile_batch=(first, first + PROFILED_STEPS - 1))
     experiment.model.fit(data.train, epochs=config["train"]["epochs"],
                          steps_per_epoch=data.steps_per_epoch, callbacks=[profiler],
-                         verbose=runs.fit_verbose(config))
+                         verbose=rundir.fit_verbose(config))
     traces = sorted((out_dir / "tensorboard" / "train" / "plugins" / "profile").glob("*/*.xplane.pb"))
     if not traces:
         raise UserError(f"The profiler wrote no trace under {out_dir}: is tensorboard-plugin-profile "

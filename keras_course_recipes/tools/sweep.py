@@ -33,7 +33,6 @@ from pathlib import Path
 
 import yaml
 
-import keras_course_recipes as kit
 from keras_course_recipes import RUNS_DIR, UserError, _config, harness, rundir
 from keras_course_recipes.tools import Command
 from keras_course_recipes.tools.tables import markdown_table, write_csv

@@ -1,4 +1,4 @@
-"""`python -m keras_course_recipes anchor NAME --script AIRBENCH.py [runs=N] [key=value ...]`:
+"""`python -m benchmarks anchor NAME --script AIRBENCH.py [runs=N] [key=value ...]`:
 cifar10-airbench's record script run beside the recipe, on this machine's CPU,
 on the same images and split; one table of accuracy, wall time and ratios.
 
@@ -38,7 +38,7 @@ from keras_course_recipes.tools.tables import markdown_table
 
 # Run first in the patched script: what stands in for CUDA and torchvision.
 PRELUDE = '''
-# -- python -m keras_course_recipes anchor: what a CPU needs, and nothing else ----------
+# -- python -m benchmarks anchor: what a CPU needs, and nothing else ----------
 import time as _anchor_time
 
 

@@ -12,19 +12,19 @@ to 0.4 point, so those differences cannot be told apart there; on a GPU a
 run takes seconds. This file is airbench94_muon.py's loop written out
 (KellerJordan/cifar10-airbench, MIT licence: its Muon, loader, network,
 schedule and test-time views), with the same bfloat16 autocast that
-`python -m keras_course_recipes anchor` gives it on a CPU, and each difference a
+`python -m benchmarks anchor` gives it on a CPU, and each difference a
 variant: every variant trains `--runs` times on the same 45,000 images and
 is measured on the same 5,000 held-out ones, variants interleaved run by run
 so that a slow stretch of the machine falls on all of them.
 
-    python -m keras_course_recipes.tools.airbench_ablation --data DIR --runs 8 [--variants a,b]
+    python -m benchmarks.airbench_ablation --data DIR --runs 8 [--variants a,b]
 
 `DIR` is the recipes' `data.path`: a folder of `train/<class>/*` images,
 such as the lossless CIFAR-10 archive unpacked (or, where that is too large
 to copy, its arrays as `images.npy`, uint8 N x 32 x 32 x 3, and
 `labels.npy`). `--synthetic` trains on random images instead (a check that
 it runs, on any device). It needs PyTorch and Pillow, not TensorFlow or
-Keras (`keras_course_recipes/__init__.py`, which `-m` imports first, imports neither), so
+Keras (`benchmarks/__init__.py`, which `-m` imports first, imports nothing), so
 it runs on a GPU machine that has PyTorch alone.
 """
 
@@ -324,7 +324,7 @@ def load(arguments, device):
 def parse(argv=None):
     """The command line's arguments, with `names`: the variants to run;
     a wrong one stops here in one line (argparse's exit status 2)."""
-    parser = argparse.ArgumentParser(prog="python -m keras_course_recipes.tools.airbench_ablation",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.airbench_ablation",
                                      description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", help="a folder of train/<class>/* images (data.path's)")

@@ -1,4 +1,4 @@
-"""`python -m keras_course_recipes backends densenet_cifar10_cpu [variants=...] [steps=N]
+"""`python -m benchmarks backends densenet_cifar10_cpu [variants=...] [steps=N]
 [repeats=N] [--script airbench94_muon.py]`: the recipe's training step on each
 of Keras 3's backends, side by side, at its batch and precision.
 
@@ -15,7 +15,7 @@ same `fit`, input and timing) with a few settings:
   and channels-first (`_first`: `model.data_format=channels_first`,
   PyTorch's own layout);
 - with `--script`, `pytorch_airbench`: PyTorch's own step on
-  airbench94_muon's network and optimizers (`keras_course_recipes/tools/torch_step.py`),
+  airbench94_muon's network and optimizers (`benchmarks/torch_step.py`),
   at the same batch, timed the same way.
 
 A variant whose backend is not installed is left out with a line saying so.
@@ -128,7 +128,7 @@ def _available(name, variants, script, config_files, overrides):
                 print(f"{variant}: left out: give --script airbench94_muon.py (your copy of "
                       "cifar10-airbench's) to time PyTorch's own step beside Keras'", flush=True)
                 continue
-            from keras_course_recipes.tools import anchor
+            from benchmarks import anchor
 
             if "class Muon(" not in anchor.read(script):
                 raise UserError(f"--script {script} is not airbench94_muon.py: {variant} times "
@@ -145,13 +145,16 @@ def _available(name, variants, script, config_files, overrides):
 
 
 def _pytorch_step(script, batch, precision, steps, folder, label):
-    """`keras_course_recipes/tools/torch_step.py`'s row, measured in a process of its own."""
+    """`benchmarks/torch_step.py`'s row, measured in a process of its own."""
     folder.mkdir(parents=True, exist_ok=True)
     job = {"script": str(Path(script).expanduser().resolve()), "batch": batch,
            "precision": precision, "steps": steps, "warmup_steps": WARMUP_STEPS,
            "out": str(folder / f"{label}.json")}
-    result = subprocess.run([sys.executable, "-m", "keras_course_recipes.tools.torch_step", json.dumps(job)],
-                            capture_output=True, text=True, env=os.environ)
+    # benchmarks/ is the checkout's, not installed: its root on the path finds it from any folder.
+    path = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                         os.environ.get("PYTHONPATH")]))
+    result = subprocess.run([sys.executable, "-m", "benchmarks.torch_step", json.dumps(job)],
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path})
     if result.returncode != 0:
         raise UserError(f"PyTorch's own step failed (exit {result.returncode}):\n"
                         + result.stderr[-3000:])

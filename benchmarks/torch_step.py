@@ -1,7 +1,7 @@
 """`backends`' worker for PyTorch's own step: airbench94_muon's network and
 optimizers, from the user's copy of the script, timed as compare times Keras'.
 
-    python -m keras_course_recipes.tools.torch_step '{"script": ..., "batch": ..., "steps": ..., ...}'
+    python -m benchmarks.torch_step '{"script": ..., "batch": ..., "steps": ..., ...}'
 
 The script is read with `anchor`'s CPU patches and run as a module (its
 `__main__` block, the training, is not). One step is what its `main` does
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from keras_course_recipes.tools import anchor
+from benchmarks import anchor
 
 
 def measure(job):
