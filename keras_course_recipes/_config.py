@@ -1,7 +1,7 @@
 """Resolves a recipe's configuration for `python -m keras_course_recipes`, with the checks
 a copied recipe runs too (keras_course_recipes/runs.py's `resolve`).
 
-Precedence, lowest first: `DEFAULTS` (with keras_course_recipes/data.py's `DEFAULTS` as
+Precedence, lowest first: `settings.DEFAULTS` (with keras_course_recipes/data.py's `DEFAULTS` as
 the data section, and keras_course_recipes/augment.py's for a recipe that augments) < the
 recipe module's `CONFIG` < `configs/NAME.yaml` when the recipe is a YAML of
 its own < each `--config` file in order < `key=value` overrides. Unknown
@@ -19,56 +19,9 @@ import yaml
 from keras_course_recipes import CONFIGS_DIR, PACKAGE_DIR, RECIPES_DIR, module_of, settings
 from keras_course_recipes.errors import UserError
 
-# The keys of `python -m keras_course_recipes run`, on top of what a copied recipe takes (settings.DEFAULTS).
-DEFAULTS = {
-    "data": None,  # keras_course_recipes/data.py's DEFAULTS, read in `defaults()`
-    "model": {},
-    "train": {
-        "epochs": 10,
-        "steps_per_epoch": None,  # None: one pass over the training split
-        "lr": 1e-3,
-    },
-    "execution": {
-        "backend": "tensorflow",  # tensorflow | jax | torch: Keras' backend (KERAS_BACKEND sets it too)
-        "mode": None,  # eager | graph | xla; null: Keras' default step (graph; jax: xla; torch: eager)
-        "steps_per_execution": 1,
-        "precision": "float32",  # float32 | mixed_float16 | mixed_bfloat16
-        "seed": 0,
-        "onednn": None,  # oneDNN's CPU kernels: null keeps TensorFlow's choice; true/false set it
-        "strategy": "none",  # none | mirrored | multi_worker: tf.distribute data parallelism
-        "devices": None,  # mirrored: null, every GPU; cpu:N, the CPU as N logical devices
-        "timeout_s": 120,  # multi_worker: how long a worker waits for its peers to start
-    },
-    "callbacks": {
-        "monitor": "val_accuracy",  # what decides the best checkpoint
-        "graph": False,  # write the training step's graph to TensorBoard (graph and xla modes)
-        "profile": None,  # START,END: profile those training steps for TensorBoard's Profile tab
-        "diagnostics": False,  # activation and gradient histograms, input images: why it does not train
-    },
-    "run": {
-        "dir": None,  # None: runs/NAME/<timestamp>
-        "resume": False,  # continue the newest unfinished run of these settings
-        "verbose": "auto",  # auto | 0 | 1 | 2, as in model.fit; auto: 1 on a terminal, else 2
-        "export": False,  # also write the final model as a SavedModel, to serve without this code
-    },
-}
-# Beside settings.TYPES, settings.CHOICES and settings.LIMITS: the keys only this command has.
-TYPES = {"callbacks.profile": (str, int, list), "execution.devices": str}
-CHOICES = {"execution.backend": ["tensorflow", "jax", "torch"],
-           "execution.strategy": ["none", "mirrored", "multi_worker"],
-           # What every recipe logs: a metric it does not log could never pick a best epoch.
-           "callbacks.monitor": ["val_accuracy", "val_loss", "accuracy", "loss"]}
-LIMITS = {"execution.timeout_s": (lambda v: v > 0, "above 0")}
-
-
-def defaults(module=None, recipe_config=None):
-    """`DEFAULTS`, with the data section recipe module `module` (whose CONFIG is
-    `recipe_config`, read if not given) reads."""
-    tree = copy.deepcopy(DEFAULTS)
-    if module and recipe_config is None:
-        recipe_config = recipe_values(module)[0]
-    tree["data"] = settings.data_defaults((recipe_config or {}).get("data", {}), PACKAGE_DIR)
-    return tree
+def defaults(module):
+    """`settings.defaults` for recipe module `module`."""
+    return settings.defaults(recipe_values(module)[0], PACKAGE_DIR)
 
 
 def recipe_values(module, layers=(), overrides=()):
@@ -108,10 +61,10 @@ def _backend_before_keras(source, layers, overrides):
             if item.partition("=")[0].strip() == key:
                 value = settings.parse_override(item)[1]
         found[key] = value
-    backend = found["execution.backend"] or DEFAULTS["execution"]["backend"]
-    if backend not in CHOICES["execution.backend"]:
+    backend = found["execution.backend"] or settings.DEFAULTS["execution"]["backend"]
+    if backend not in settings.CHOICES["execution.backend"]:
         raise UserError(f"Config key 'execution.backend' must be one of "
-                        f"{', '.join(CHOICES['execution.backend'])}; got {backend!r}.")
+                        f"{', '.join(settings.CHOICES['execution.backend'])}; got {backend!r}.")
     return backend, found["execution.onednn"]
 
 
@@ -133,14 +86,23 @@ def resolve(name, config_files=(), overrides=(), announce=print):
         layers.append(("in the environment variable KERAS_BACKEND",
                        {"execution": {"backend": os.environ["KERAS_BACKEND"]}}))
     recipe_config, schema = recipe_values(module, layers, overrides)
-    unknown = sorted(set(recipe_config) - set(DEFAULTS))
+    return settle(name, recipe_config, schema, layers, overrides, announce,
+                  f"in {source}'s CONFIG")
+
+
+def settle(name, recipe_config, schema=None, layers=(), overrides=(), announce=print,
+           origin="in CONFIG"):
+    """Recipe `name`'s settings from its CONFIG object `recipe_config` (written
+    `origin`) and `CONFIG_SCHEMA`, the YAML `layers` and the overrides, every check
+    passed: what `resolve` gives the command line, and `runs.main` a recipe file."""
+    module = module_of(name)
+    sections = settings.defaults(recipe_config, PACKAGE_DIR)
+    unknown = sorted(set(recipe_config) - set(sections))
     if unknown:
-        raise UserError(f"{source}: unknown section {unknown[0]}; sections are "
-                        f"{', '.join(DEFAULTS)}.")
-    config = settings.resolve(
-        name, defaults(module, recipe_config), recipe_config, layers=layers, overrides=overrides,
-        schema=schema, announce=announce, types=TYPES, choices=CHOICES,
-        limits=LIMITS, origin=f"in {source}'s CONFIG")
+        raise UserError(f"{module}: unknown CONFIG section {unknown[0]}; sections are "
+                        f"{', '.join(sections)}.")
+    config = settings.resolve(name, sections, recipe_config, layers=layers, overrides=overrides,
+                              schema=schema, announce=announce, origin=origin)
     backend = config["execution"]["backend"]
     if backend != "tensorflow":
         _check_backend(module, config)

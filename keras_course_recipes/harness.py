@@ -1,12 +1,13 @@
-"""The harness: what `python -m keras_course_recipes run` (and `make recipe`) adds around a
-recipe's `run`, in one call, `harness.train(config)`.
+"""The harness: how every run of a recipe happens, in one call,
+`harness.train(config)`, for `python -m keras_course_recipes run` (and `make
+recipe`) and for a recipe file (`runs.main`: `python NAME.py`, `%run`, a
+notebook cell) alike; the two differ only in where the settings come from.
 
-A copied recipe runs through keras_course_recipes/runs.py alone: its checks, its run
-directory (locked, resumed at its last finished epoch, repaired where a
-kill cut a history row), and its callbacks (config.yaml as training starts,
-one Ctrl-C or SIGTERM stops it, each epoch's random draws from (seed,
-epoch), a diverged loss stops it). The harness runs the recipe through the
-same, and adds what this repository's runs need:
+The run itself, keras_course_recipes/rundir.py's `Run`: its run directory (locked,
+resumed at its last finished epoch, repaired where a kill cut a history row)
+and its callbacks (config.yaml as training starts, one Ctrl-C or SIGTERM stops
+it, each epoch's random draws from (seed, epoch), a diverged loss stops it).
+Around it, the harness adds:
 
 - the process set up as the config asks: Keras' backend, oneDNN, logical
   CPU devices, and the `tf.distribute` strategy whose scope `run` is called
@@ -42,28 +43,30 @@ import zipfile
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, UserError, _environment, rundir, runs
+from keras_course_recipes import RUNS_DIR, UserError, _environment, rundir
 
 # What RunEstimate adds to a CPU run's estimate of more than a day.
 CPU_HINT = ("On a CPU, densenet_cifar10_cpu trains a DenseNet for CIFAR-10 in under an hour "
             "(make recipe NAME=densenet_cifar10_cpu).")
 
 
-def train(config, extra_callbacks=()):
+def train(config, extra_callbacks=(), recipe=None):
     """Trains the recipe `config["recipe"]` names through its module's `run`, as
     this module's docstring says (with `extra_callbacks` after the harness's);
-    returns the metrics that metrics.json holds.
+    returns the metrics that metrics.json holds. `recipe`: a recipe file's own
+    `build` and `run` (`runs.main`), in a process whose Keras it started; its
+    run returns, with `metrics` added.
 
     Raises:
         UserError: a setting, directory or saved state that cannot work;
-            `runs.Interrupted` after Ctrl-C or SIGTERM.
-        runs.TrainingDiverged: the loss diverged.
+            `errors.Interrupted` after Ctrl-C or SIGTERM.
+        errors.TrainingDiverged: the loss diverged.
     """
-    module = kit.load(config["recipe"])
-    strategy = prepare(config)
-    with runs.signals_and_output(), open_run(config) as run:
+    module = recipe or kit.load(config["recipe"])
+    strategy = prepare(config, started=recipe is not None)
+    with rundir.signals_and_output(), open_run(config) as run:
         probe = None
-        if run.initial_epoch or config["callbacks"]["diagnostics"]:
+        if module.build and (run.initial_epoch or config["callbacks"]["diagnostics"]):
             # The recipe built once more, before its run: to check a backup
             # against the model before any file changes (fit's callbacks,
             # TensorBoard's among them, write as soon as they are set up), and
@@ -76,27 +79,33 @@ def train(config, extra_callbacks=()):
             keras.backend.clear_session()  # the run's layers get the names the backup has
         with strategy.scope():
             result = run.train(module.run, [*callbacks(run, probe), *extra_callbacks])
-        return finish(run, result, strategy)
+        metrics = finish(run, result, strategy)
+    if recipe is None:
+        return metrics
+    result.metrics = metrics
+    return result
 
 
 def open_run(config):
-    """`runs.Run.open` for this repository's run of `config`: with `run.resume`,
+    """`rundir.Run.open` for this repository's run of `config`: with `run.resume`,
     the newest unfinished run of these settings (`choose`); a worker of a
     multi-worker run, its own folder below the run's; checked by `inspect`."""
     run_dir = choose(config)[0] if config["run"]["resume"] and config["run"]["dir"] is None else None
     if not is_chief(config):  # multiworker gives every worker run.dir
         run_dir = Path(config["run"]["dir"]).expanduser() / "workers" / f"worker-{worker_task()[0]}"
-    return runs.Run.open(config, run_dir, inspect)
+    return rundir.Run.open(config, run_dir, inspect)
 
 
-def prepare(config):
+def prepare(config, started=False):
     """Sets the process up as `config` asks, before a recipe builds anything:
     Keras' backend and oneDNN (refused if Keras or TensorFlow started without
-    them), the logical CPU devices, a clean Keras session; returns the
+    them; `started`: a recipe file's, which chose them as it imported Keras),
+    the logical CPU devices, a clean Keras session; returns the
     `tf.distribute.Strategy` that `execution.strategy` names (a no-op scope
     for `none`, and on JAX)."""
-    _environment.request_backend(config)
-    _environment.request_onednn(config)
+    if not started:
+        _environment.request_backend(config)
+        _environment.request_onednn(config)
     import keras
 
     keras.backend.clear_session()

@@ -1,24 +1,31 @@
 """A run directory on disk: created exclusively, locked against a second
 process, and read back to resume: the finished epochs its backup holds,
 config.yaml (with its digest) against the settings now, and history.csv's
-rows, repaired where a kill tore one. The part of the kit a student need
-not read."""
+rows, repaired where a kill tore one; and `Run`, one process's run in it,
+from `open` to `close`, with the callbacks that keep it true (each epoch's
+random draws, one Ctrl-C or SIGTERM, a diverged loss). The part of the kit a
+student need not read."""
 
 import csv
 import datetime
 import hashlib
+import importlib.util
 import json
+import math
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 import filelock
 import yaml
 
-from keras_course_recipes import RUNS_DIR
-from keras_course_recipes.errors import UserError
+from keras_course_recipes import RUNS_DIR, errors
+from keras_course_recipes.errors import (Interrupted, Terminated, TrainingDiverged, UserError,
+                                         raise_pending)
 from keras_course_recipes.settings import plain
 
 # What may change when a run resumes; not the backend or precision, which train differently.
@@ -318,3 +325,260 @@ def as_history(rows):
     return [{k: (int(float(v)) if k == "epoch" else float(v)) for k, v in row.items()
              if not k.startswith("time_") and v not in ("", "NA")}
             for row in rows]
+
+
+# ## The run: from its directory's opening to its close
+
+class signals_and_output:
+    """While a run trains, SIGTERM (a job scheduler's stop) ends it as Ctrl-C
+    does, and once standard output's reader has gone (`| head`, a closed
+    stream) what is printed is dropped instead of ending the run."""
+
+    def __enter__(self):
+        main = threading.current_thread() is threading.main_thread()
+        self._term = signal.signal(signal.SIGTERM, errors.latch) if main else None
+        self._stdout, sys.stdout = sys.stdout, _Tolerant(sys.stdout)
+
+    def __exit__(self, *error):
+        if self._term is not None:
+            signal.signal(signal.SIGTERM, self._term)
+        sys.stdout = self._stdout
+
+
+class _Tolerant:
+    """A stream that drops what is written once its reader has gone."""
+
+    def __init__(self, stream):
+        self.stream, self._gone = stream, stream is None
+
+    def write(self, text):
+        self._try(lambda: self.stream.write(text))
+        return len(text)
+
+    def flush(self):
+        self._try(lambda: self.stream.flush())
+
+    def _try(self, action):
+        if self._gone:
+            return
+        try:
+            action()
+        except (OSError, ValueError):  # a broken pipe, or a closed stream
+            self._gone = True
+            try:  # Python flushes stdout at exit: point it at devnull, so that cannot raise
+                os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+            except (OSError, ValueError):
+                pass
+
+    def isatty(self):
+        return not self._gone and self.stream.isatty()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+class Run:
+    """One process's run directory from `open` to `close`: `dir`, and
+    `initial_epoch`, the finished epochs its backup holds."""
+
+    def __init__(self, config, run_dir, created, lock, state):
+        self.config, self.dir, self.created, self._lock = config, run_dir, created, lock
+        self.state, self.initial_epoch = state, state.epochs
+        self.interrupted, self._handlers, self._epoch = None, {}, 0
+        self._discard = False  # whether `close` removes the directory this run made, whole
+        self._lowest, self._warned = math.inf, False  # the training loss, for its divergence
+
+    @classmethod
+    def open(cls, config, run_dir=None, reader=None):
+        """Locks `run_dir` (else `choose`'s) and reads it with `reader`
+        (`inspect` unless given), writing nothing else; a `UserError`
+        when these settings cannot train there."""
+        if run_dir is None:
+            run_dir, created = choose(config)
+        else:
+            run_dir = Path(run_dir).expanduser()
+            created = not run_dir.exists()
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UserError(f"Cannot create the run directory {run_dir}: {error.strerror}. "
+                            "Give a folder you can write to with run.dir=PATH.") from None
+        lock = None
+        try:
+            lock = lock_run_dir(run_dir)
+            state = (reader or inspect)(run_dir, config)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            if created:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        if state.epochs:
+            print(f"resuming the run in {run_dir} from its last finished epoch ({state.epochs})",
+                  flush=True)
+        return cls(config, run_dir, created, lock, state)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *error):
+        self.close()
+
+    def train(self, run, extra_callbacks=()):
+        """The recipe's `run(config, dir, extra_callbacks, initial_epoch,
+        verbose)`, `callbacks()` first; Ctrl-C or SIGTERM end it as
+        `Interrupted`, saying what was saved."""
+        if not has_tensorboard():
+            missing = "TensorFlow" if importlib.util.find_spec("tensorflow") is None else "tensorboard"
+            print(f"note: no TensorBoard logs: Keras' TensorBoard callback writes through "
+                  f"tf.summary, and {missing} is not installed here ({errors.install_advice('tensorflow')}"
+                  "); history.csv has every epoch's numbers.", flush=True)
+        try:
+            raise_pending()
+            result = run(self.config, self.dir, extra_callbacks=[*self.callbacks(),
+                                                                 *extra_callbacks],
+                         initial_epoch=self.initial_epoch, verbose=fit_verbose(self.config))
+            raise_pending()  # one that the final evaluation dropped
+            return result
+        except BaseException as error:
+            cause = error
+            while cause is not None and not isinstance(cause, KeyboardInterrupt):
+                cause = cause.__context__  # library code that turned it into another error
+            cause = self.interrupted or cause
+            if cause is None and errors.disk_full(error):
+                where = getattr(error, "filename", None) or "writing the run"
+                raise UserError(self.saved_note(f"the disk is full ({where})",
+                                                "free some space, then")) from None
+            if cause is None:
+                raise
+            raise Interrupted(self.saved_note(), 143 if isinstance(cause, Terminated) else 130) \
+                from None
+
+    def callbacks(self):
+        """Callbacks to put first in `fit`'s: as training starts (the model built,
+        the backup not yet read), the repairs `inspect` found and config.yaml;
+        each epoch's random draws from (seed, epoch) (`seed_epoch`); after each
+        batch, training or validating, a Ctrl-C or SIGTERM that came during it
+        stops training, and so does a NaN or
+        infinite loss (`TrainingDiverged`: Keras' TerminateOnNaN would end
+        `fit` as if it had finished); a loss 1000x its lowest is warned about."""
+        import keras
+
+        seed = self.config["execution"]["seed"]
+        # A LambdaCallback's functions are not given the model: they read the callback's.
+        guard = keras.callbacks.LambdaCallback(
+            on_train_begin=lambda logs: self._start(),
+            on_epoch_begin=lambda epoch, logs: setattr(self, "_epoch", epoch),
+            on_train_batch_end=self._after_batch, on_test_batch_end=self._stop_if_interrupted,
+            on_train_end=lambda logs: self._release())
+        seeds = keras.callbacks.LambdaCallback(
+            on_epoch_begin=lambda epoch, logs: seed_epoch(seeds.model, seed, epoch))
+        return [guard, seeds]
+
+    def _start(self):
+        # The handlers first: once "run directory:" is printed, a Ctrl-C is the
+        # run's, and a KeyboardInterrupt that library code might drop cannot be lost.
+        if threading.current_thread() is threading.main_thread():
+            self._handlers = {number: signal.signal(number, self._on_signal)
+                              for number in (signal.SIGINT, signal.SIGTERM)}
+        raise_pending()
+        self.state.apply(self.dir, self.config)
+        (self.dir / "status.json").unlink(missing_ok=True)  # a resumed divergence is no longer one
+
+    def _on_signal(self, number, frame):
+        # Raised here, it could land inside TensorFlow tracing a function, whose
+        # half-built graph then prints a traceback as it is collected: the step
+        # in flight finishes first, and `_after_batch` raises.
+        self.interrupted = Terminated() if number == signal.SIGTERM else KeyboardInterrupt()
+        self._release()  # a second Ctrl-C is the process's own again
+        try:  # os.write: print could be a reentrant call into the stream in use
+            os.write(2, b"stopping after this step (%s again stops as soon as the computation "
+                        b"in flight returns, without saving it)\n" % (
+                            b"SIGTERM" if number == signal.SIGTERM else b"Ctrl-C"))
+        except OSError:
+            pass
+
+    def _release(self):
+        for number, handler in self._handlers.items():
+            signal.signal(number, handler)
+        self._handlers = {}
+
+    def _stop_if_interrupted(self, batch=None, logs=None):
+        if self.interrupted is not None:
+            raise self.interrupted
+        raise_pending()
+
+    def _after_batch(self, batch, logs):
+        self._stop_if_interrupted()
+        if "loss" not in (logs or {}):
+            return
+        loss, epoch = float(logs["loss"]), self._epoch
+        if loss > 1000 * self._lowest and not self._warned:
+            self._warned = True
+            print(f"warning: the training loss is {loss:.3g} at epoch {epoch + 1}, step "
+                  f"{batch + 1}, over 1000x its lowest so far ({self._lowest:.3g}): the run may "
+                  "be diverging; lower train.lr if it does not recover.", flush=True)
+        self._lowest = min(self._lowest, loss)
+        if not math.isfinite(loss):
+            (self.dir / "status.json").write_text(json.dumps(
+                {"status": "diverged", "epoch": epoch, "step": batch, "loss": str(loss)}) + "\n")
+            raise TrainingDiverged(
+                f"the training loss became {loss} at epoch {epoch + 1}, step {batch + 1}: the "
+                "run diverged and stops here, its last finished epoch kept. Lower train.lr (or "
+                "check the data) and start a new run; the same command would resume into the "
+                "same divergence.")
+
+    def saved_note(self, what="interrupted", then=""):
+        """What this run has saved when `what` stopped it, and the command that goes on."""
+        again = (f"{then} the same command with run.resume=true (or the same run.dir)"
+                 if "resume" in self.config["run"] else
+                 f"{then} the same command with run.dir={self.dir}").strip()
+        epochs = saved_epochs(self.dir / "backup")
+        if not epochs and self.created:
+            self._discard = True  # it holds nothing to go on from: `close` removes it
+            return (f"{what} before the first epoch of {self.dir} finished: no epoch was saved, "
+                    f"and the folder is removed; {then + ' ' if then else ''}the same command "
+                    "starts the run again.")
+        if not epochs:
+            return (f"{what} before the first epoch of {self.dir} finished: no epoch was saved; "
+                    f"{again} starts it again from the beginning.")
+        return (f"{what}: {epochs} finished epoch(s) are saved in {self.dir}; run {again} to "
+                "continue.")
+
+    def close(self):
+        """Releases the lock; removes the directory if this run made it and left it empty."""
+        self._release()
+        if self._lock is not None:
+            self._lock.release()
+        self._lock = None
+        if self.created and self.dir.is_dir() and (self._discard or not any(
+                path.name != ".lock" for path in self.dir.iterdir())):
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def has_tensorboard():
+    """Whether Keras' TensorBoard callback can write here: it writes through
+    tf.summary, and TensorFlow 2.21 no longer installs the tensorboard package."""
+    return all(importlib.util.find_spec(name) is not None for name in ("tensorflow", "tensorboard"))
+
+
+def fit_verbose(config):
+    """`run.verbose` for `fit`: `auto` is a progress bar on a terminal, else a line an epoch."""
+    verbose = config["run"]["verbose"]
+    return (1 if sys.stdout.isatty() else 2) if verbose == "auto" else verbose
+
+
+def seed_epoch(model, seed, epoch):
+    """Sets every Keras `SeedGenerator` of `model` (dropout, and its
+    `augmentation_layers`) from (seed, epoch, its index): BackupAndRestore
+    saves weights, not these, so a resumed run would draw epoch 0's again."""
+    import numpy as np
+
+    found = {}
+    for owner in [model, *getattr(model, "augmentation_layers", [])]:
+        for variable in owner.variables:
+            if variable.name == "seed_generator_state":
+                found.setdefault(id(variable), variable)
+    for index, state in enumerate(found.values()):
+        derived = np.random.default_rng([seed, epoch, index]).integers(2**31)
+        state.assign(np.array([derived, 0]).astype(state.dtype))  # [seed, draws so far]

@@ -15,11 +15,34 @@ import yaml
 from keras_course_recipes.errors import UserError
 
 
-# A copied recipe's keys beside its CONFIG and the data module's DEFAULTS.
-DEFAULTS = {"run": {
-    "dir": None,  # None: runs/NAME/<timestamp>; an existing run's resumes it
-    "verbose": "auto",  # auto | 0 | 1 | 2, as model.fit's; auto: 1 on a terminal, else 2
-}}
+# Every run's keys beside its recipe's CONFIG, in one place for a recipe file and
+# `recipes run` alike: the data section's are data.py's DEFAULTS (and augment.py's for
+# a recipe that augments), the model and train sections are the recipe's own.
+DEFAULTS = {
+    "execution": {
+        "backend": "tensorflow",  # tensorflow | jax | torch: Keras' backend (a recipe file's: KERAS_BACKEND's)
+        "mode": None,  # eager | graph | xla; null: Keras' default step (graph; jax: xla; torch: eager)
+        "steps_per_execution": 1,
+        "precision": "float32",  # float32 | mixed_float16 | mixed_bfloat16
+        "seed": 0,
+        "onednn": None,  # oneDNN's CPU kernels: null keeps TensorFlow's choice; true/false set it
+        "strategy": "none",  # none | mirrored | multi_worker: tf.distribute data parallelism
+        "devices": None,  # mirrored: null, every GPU; cpu:N, the CPU as N logical devices
+        "timeout_s": 120,  # multi_worker: how long a worker waits for its peers to start
+    },
+    "callbacks": {
+        "monitor": "val_accuracy",  # what decides the best checkpoint
+        "graph": False,  # write the training step's graph to TensorBoard (graph and xla modes)
+        "profile": None,  # START,END: profile those training steps for TensorBoard's Profile tab
+        "diagnostics": False,  # activation and gradient histograms, input images: why it does not train
+    },
+    "run": {
+        "dir": None,  # None: runs/NAME/<timestamp>; an existing run's resumes it
+        "resume": False,  # continue the newest unfinished run of these settings
+        "verbose": "auto",  # auto | 0 | 1 | 2, as model.fit's; auto: 1 on a terminal, else 2
+        "export": False,  # also write the final model as a SavedModel, to serve without this code
+    },
+}
 # The execution modes each Keras backend has, and what `execution.mode: null` means there: Keras'
 # own default step (on torch, Keras compiles only with jit_compile=True, which runs torch.compile).
 BACKEND_MODES = {"tensorflow": ("eager", "graph", "xla"), "jax": ("eager", "xla"),
@@ -27,8 +50,13 @@ BACKEND_MODES = {"tensorflow": ("eager", "graph", "xla"), "jax": ("eager", "xla"
 COMPILED_MODE = {"tensorflow": "graph", "jax": "xla", "torch": "eager"}
 # Types a key's default does not show (a key whose default is None also takes null).
 TYPES = {"data.dir": str, "data.path": str, "train.steps_per_epoch": int, "run.dir": str,
-         "run.verbose": (str, int), "execution.mode": str, "execution.onednn": bool}
-CHOICES = {"data.source": ["tfds", "synthetic", "folder"],
+         "run.verbose": (str, int), "execution.mode": str, "execution.onednn": bool,
+         "callbacks.profile": (str, int, list), "execution.devices": str}
+CHOICES = {"execution.backend": list(BACKEND_MODES),
+           "execution.strategy": ["none", "mirrored", "multi_worker"],
+           # What every recipe logs: a metric it does not log could never pick a best epoch.
+           "callbacks.monitor": ["val_accuracy", "val_loss", "accuracy", "loss"],
+           "data.source": ["tfds", "synthetic", "folder"],
            "data.augment_on": ["auto", "device", "host"],
            "data.augment_engine": ["auto", "keras_cv", "keras"],
            "execution.mode": ["eager", "graph", "xla"],
@@ -46,6 +74,7 @@ LIMITS = {
     "data.validation_split": (FRACTION[0], "at least 0 and below 1 (0: validate on the test split)"),
     "execution.seed": (lambda v: 0 <= v < 2**32, "from 0 to 2**32 - 1 (NumPy's seed range)"),
     "run.dir": (lambda v: v.strip() != "", "a folder's path, not empty (null: runs/NAME/<timestamp>)"),
+    "execution.timeout_s": (lambda v: v > 0, "above 0"),
 }
 LIMITS_BY_NAME = {
     **dict.fromkeys(["dropout", "conv_dropout", "dense_dropout", "label_smoothing", "momentum",
@@ -85,18 +114,23 @@ TYPE_NAMES = {bool: "true/false", int: "an integer", float: "a number", str: "a 
               list: "a list", dict: "a mapping"}
 
 
+def defaults(recipe_config, folder=Path(__file__).parent):
+    """`DEFAULTS` for a recipe whose CONFIG is `recipe_config`: with the data section
+    it reads (`data_defaults`), and empty model and train sections, its own."""
+    return {"data": data_defaults(recipe_config.get("data", {}), folder), "model": {},
+            "train": {}, **copy.deepcopy(DEFAULTS)}
+
+
 def resolve(name, defaults, config, layers=(), overrides=(), schema=None, announce=None,
-            types=None, choices=None, limits=None, origin=None):
+            origin=None):
     """Recipe `name`'s settings, `recipe: name` first, as `Settings`: `defaults` <
     its `config` (the CONFIG object, written `origin`), which may add keys of its
     own, typed by `schema` (a type's name, or a list of choices), `TYPES_BY_NAME`
     or their value < each `(origin, mapping)` of `layers` < the `key=value`
     overrides, each told to `announce`. Every value is `check`ed, and a key of
-    the recipe's own that reads as a misspelling of its neighbour is refused;
-    `types`, `choices` and `limits` add to this module's tables."""
+    the recipe's own that reads as a misspelling of its neighbour is refused."""
     tree = copy.deepcopy(defaults)
-    types, choices = {**TYPES, **(types or {})}, {**CHOICES, **(choices or {})}
-    limits = {**LIMITS, **(limits or {})}
+    types, choices, limits = dict(TYPES), dict(CHOICES), LIMITS
     for key, entry in (schema or {}).items():
         if isinstance(entry, list):
             choices[key] = entry

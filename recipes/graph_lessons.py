@@ -49,8 +49,9 @@ try:
     from keras_course_recipes.models.rnn import row_lstm
 except ImportError as missing:  # the kit, or a file of it, is not where this Python runs
     raise SystemExit(f"error: {missing}: this recipe runs on its kit, the keras-course-recipes "
-                     "package: pip install it where this Python runs (its README says "
-                     "how).") from None
+                     "package: pip install it where this Python runs, or copy the recipe with "
+                     "every file of the kit it imports (recipes copy NAME DIR; its README "
+                     "says how).") from None
 
 import keras
 import tensorflow as tf
@@ -59,8 +60,8 @@ import tensorflow as tf
 # What this recipe trains with, each value with its reason. `key=value` on the
 # command line overrides any of them; in a notebook, edit them here. The data
 # section's other keys (`source`: tfds, folder or synthetic) are
-# keras_course_recipes/data.py's `DEFAULTS`; `run.dir` (where the run writes) is
-# keras_course_recipes/runs.py's.
+# keras_course_recipes/data.py's `DEFAULTS`; `run.dir` (where the run writes) and the
+# other sections' keys are keras_course_recipes/settings.py's `DEFAULTS`.
 CONFIG = {
     "data": {"name": "mnist", "batch_size": 128},
     "model": {"units": 128},  # the LSTM's state size

@@ -11,7 +11,7 @@ import keras_cv
 import pytest
 
 from conftest import ROOT, TINY, TINY_MODEL
-from keras_course_recipes import UserError, _config, _environment
+from keras_course_recipes import UserError, _config
 from keras_course_recipes import augment as raugment
 
 from test_jax_backend import JAX_ENV

@@ -25,8 +25,12 @@ def copy_list(module):
 
 
 PACKAGE = "keras_course_recipes"
+# The run's path, the same as `recipes run`'s (harness.py), with the callbacks it adds.
 KIT = [f"{PACKAGE}/{path}" for path in (
-    "__init__.py", "callbacks/__init__.py", "callbacks/timing.py", "data.py", "errors.py",
+    "__init__.py", "_config.py", "_distribute.py", "_environment.py", "callbacks/__init__.py",
+    "callbacks/best_checkpoint.py", "callbacks/diagnostics.py",
+    "callbacks/execution_mode_check.py", "callbacks/graph_writer.py",
+    "callbacks/run_estimate.py", "callbacks/timing.py", "data.py", "errors.py", "harness.py",
     "models/__init__.py", "rundir.py", "runs.py", "settings.py")]
 
 
@@ -37,7 +41,7 @@ def test_the_copy_holds_what_the_recipe_imports_and_what_that_imports(module, mo
     """keras_course_recipes/folder.py, which data.py loads by name for a folder, is left
     out; the builders and callbacks go where the package has them, not where the
     repository keeps them."""
-    augmenting = [f"{PACKAGE}/_environment.py", f"{PACKAGE}/augment.py"] if augments else []
+    augmenting = [f"{PACKAGE}/augment.py"] if augments else []
     assert copy_list(module) == sorted([*KIT, f"{PACKAGE}/{model}", *augmenting])
     assert kit_files(ROOT / "recipes" / f"{module}.py")[f"{PACKAGE}/{model}"] == ROOT / model
 
@@ -107,7 +111,8 @@ def test_without_its_kit_a_recipe_says_what_to_install_in_one_line(missing, tmp_
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     line = result.stderr.splitlines()[-1]  # after TensorFlow's start-up notices, if it started
     assert line.endswith("this recipe runs on its kit, the keras-course-recipes package: pip "
-                         "install it where this Python runs (its README says how).")
+                         "install it where this Python runs, or copy the recipe with every file "
+                         "of the kit it imports (recipes copy NAME DIR; its README says how).")
     assert line.startswith("error: No module named 'keras_course_recipes'" if missing == "the kit"
                            else "error: cannot import name 'augment' from "
                            "'keras_course_recipes'"), line
@@ -177,14 +182,14 @@ def test_the_copy_and_the_repository_resolve_a_recipe_alike(module):
     """The same checks and the same values, the execution mode included:
     null is the backend's compiled step (on TensorFlow, graph)."""
     recipe = kit.load(module)
-    copied_config = settings.resolve(
-        module, {"data": settings.data_defaults(recipe.CONFIG["data"]), **settings.DEFAULTS},
-        recipe.CONFIG, schema=getattr(recipe, "CONFIG_SCHEMA", None))
     from keras_course_recipes import _config
 
+    copied_config = _config.settle(  # as runs.main does, on the backend Keras loaded
+        module, recipe.CONFIG, getattr(recipe, "CONFIG_SCHEMA", None),
+        [("by the backend Keras loaded", {"execution": {"backend": "tensorflow"}})],
+        announce=lambda line: None)
     repository = _config.resolve(module, announce=lambda line: None)
-    for section in ("data", "model", "train"):
-        assert copied_config[section] == repository[section], section
+    assert copied_config == repository
     assert repository["execution"]["mode"] == "graph"
 
 
@@ -226,9 +231,8 @@ def test_two_copies_started_in_the_same_second_get_two_run_directories(tmp_path,
     """A copy without run.dir takes runs/NAME/<date>-<time>, exclusively."""
     monkeypatch.chdir(tmp_path)
     recipe = kit.load("mnist_mlp")
-    config = settings.resolve("mnist_mlp", {"data": settings.data_defaults(recipe.CONFIG["data"]),
-                                        **settings.DEFAULTS}, recipe.CONFIG)
-    first, second = runs.Run.open(config), runs.Run.open(config)
+    config = settings.resolve("mnist_mlp", settings.defaults(recipe.CONFIG), recipe.CONFIG)
+    first, second = rundir.Run.open(config), rundir.Run.open(config)
     try:
         assert first.dir != second.dir and first.dir.parent == second.dir.parent
     finally:
@@ -236,14 +240,14 @@ def test_two_copies_started_in_the_same_second_get_two_run_directories(tmp_path,
         second.close()
 
 
-def test_an_interrupted_copy_says_to_run_again_with_its_run_dir(tmp_path, monkeypatch):
-    """A copy has no run.resume: its note names the run.dir to give; before its first
-    epoch, in a folder it made, nothing is kept and the same command starts over."""
+def test_an_interrupted_copy_says_how_to_go_on(tmp_path, monkeypatch):
+    """A copy resumes as `recipes run` does: its note names run.resume and the run.dir;
+    before its first epoch, in a folder it made, nothing is kept and the same command
+    starts over."""
     monkeypatch.chdir(tmp_path)
     recipe = kit.load("mnist_mlp")
-    config = settings.resolve("mnist_mlp", {"data": settings.data_defaults(recipe.CONFIG["data"]),
-                                        **settings.DEFAULTS}, recipe.CONFIG)
-    with runs.Run.open(config) as run:
+    config = settings.resolve("mnist_mlp", settings.defaults(recipe.CONFIG), recipe.CONFIG)
+    with rundir.Run.open(config) as run:
         assert run.saved_note() == (
             f"interrupted before the first epoch of {run.dir} finished: no epoch was saved, "
             "and the folder is removed; the same command starts the run again.")
@@ -251,9 +255,9 @@ def test_an_interrupted_copy_says_to_run_again_with_its_run_dir(tmp_path, monkey
     assert not run.dir.exists()
     (tmp_path / "mine").mkdir()  # a folder the student gave: kept, and named again
     config["run"]["dir"] = str(tmp_path / "mine")
-    with runs.Run.open(config) as run:
-        assert run.saved_note().endswith(f"the same command with run.dir={run.dir} starts it "
-                                         "again from the beginning.")
+    with rundir.Run.open(config) as run:
+        assert run.saved_note().endswith("the same command with run.resume=true (or the same "
+                                         "run.dir) starts it again from the beginning.")
     assert run.dir.exists()
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import keras_course_recipes as kit
 from conftest import run_with
-from keras_course_recipes import UserError, harness, rundir, runs
+from keras_course_recipes import UserError, errors, harness, rundir
 from keras_course_recipes import folder as rfolder
 from keras_course_recipes.tools import curves
 
@@ -103,7 +103,7 @@ def test_resuming_the_latest_run_after_a_class_was_added_is_refused(tiny_config,
     folder = ["data.source=folder", f"data.path={tmp_path / 'data'}", "data.validation_split=0.25",
               "data.batch_size=4", "run.dir=null"]
     interrupted = tiny_config("mnist_mlp", *folder, "train.epochs=3")
-    with pytest.raises(runs.Interrupted):
+    with pytest.raises(errors.Interrupted):
         run_with(kit.load("mnist_mlp"), interrupted, StopAfterEpoch(1))
     write_folder(tmp_path / "data", classes=("emu",))
 

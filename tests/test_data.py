@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-import keras_course_recipes as kit
 from keras_course_recipes import UserError, _config, harness
 from keras_course_recipes import data as rdata
 from keras_course_recipes import folder as rfolder

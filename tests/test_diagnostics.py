@@ -7,7 +7,6 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-import keras_course_recipes as kit
 from keras_course_recipes import harness
 from keras_course_recipes.callbacks.diagnostics import Diagnostics
 

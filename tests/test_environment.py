@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-import keras_course_recipes as kit
 from conftest import ROOT, TINY
 from keras_course_recipes import UserError, _environment, harness
 

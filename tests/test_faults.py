@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import keras_course_recipes as kit
 from conftest import ROOT, TINY
-from keras_course_recipes import UserError, _config, harness, rundir, runs
+from keras_course_recipes import UserError, _config, errors, harness, rundir
 from keras_course_recipes import folder as rfolder
 from keras_course_recipes.tools import soak as _soak
 
@@ -42,7 +42,7 @@ def history_epochs(run_dir):
 
 def interrupted_run(tiny_config, epochs_done=3):
     """An mnist_mlp run of 5 epochs, killed after `epochs_done`."""
-    with pytest.raises(runs.Interrupted):
+    with pytest.raises(errors.Interrupted):
         fit_with(kit.load("mnist_mlp"), tiny_config("mnist_mlp", "train.epochs=5"),
                  StopAfterEpoch(epochs_done))
 
@@ -105,9 +105,9 @@ def test_divergence_raises_and_keeps_the_last_backup(tiny_config):
     data = tf.data.Dataset.from_tensor_slices((images, np.zeros((8, 1), "float32"))).batch(2)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
-    with runs.Run.open(tiny_config("mnist_mlp")) as run:
+    with rundir.Run.open(tiny_config("mnist_mlp")) as run:
         backup = keras.callbacks.BackupAndRestore(run.dir / "backup", double_checkpoint=True)
-        with pytest.raises(runs.TrainingDiverged, match="became nan at epoch 2, step 1"):
+        with pytest.raises(errors.TrainingDiverged, match="became nan at epoch 2, step 1"):
             model.fit(data, epochs=3, steps_per_epoch=2, verbose=0,
                       callbacks=[*run.callbacks(), backup])
     status = json.loads((run.dir / "status.json").read_text())
@@ -116,7 +116,7 @@ def test_divergence_raises_and_keeps_the_last_backup(tiny_config):
 
 
 def test_a_loss_a_thousandfold_over_its_lowest_is_warned_about_once(tiny_config, capsys):
-    with runs.Run.open(tiny_config("mnist_mlp")) as run:
+    with rundir.Run.open(tiny_config("mnist_mlp")) as run:
         guard = run.callbacks()[0]  # the callback that watches every batch's loss
         for step, loss in enumerate([1.0, 0.5, 400.0, 600.0, 0.4]):
             guard.on_train_batch_end(step, {"loss": loss})

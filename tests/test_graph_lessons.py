@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import keras_course_recipes as kit
 from keras_course_recipes.models.rnn import PythonLoopLSTM, row_lstm
 from keras_course_recipes import harness
 from keras_course_recipes.recipes import graph_lessons

@@ -40,7 +40,6 @@ print(json.dumps({key: [before[key], after[key]] for key in before if before[key
 """
 START_AND_MAIN = SNAPSHOT + """
 import importlib, json
-from types import SimpleNamespace
 from keras_course_recipes import errors, runs
 before = snapshot()
 runs.start("keras_course_recipes.recipes.mnist_mlp")  # imported, not run: nothing changes
@@ -48,8 +47,9 @@ imported = snapshot()
 runs.start("__main__")
 started = signal.getsignal(signal.SIGINT) is errors.latch and sys.excepthook is not sys.__excepthook__
 recipe = importlib.import_module("keras_course_recipes.recipes.mnist_mlp")
-sys.argv = ["mnist_mlp.py", "data.source=synthetic", "run.verbose=0"]
-runs.main("mnist_mlp", recipe.CONFIG, lambda config, run_dir, **ignored: SimpleNamespace(test={}))
+sys.argv = ["mnist_mlp.py", "data.source=synthetic", "data.synthetic_examples=32",
+            "data.batch_size=16", "train.epochs=1", "train.steps_per_epoch=1", "run.verbose=0"]
+runs.main("mnist_mlp", recipe.CONFIG, recipe.run)
 after = snapshot()
 print(json.dumps({"imported": imported == before, "started": started,
                   # What `start` replaced (the run imported Keras, which sets its own warnings).

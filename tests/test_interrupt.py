@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT, TINY
 from keras_course_recipes import __main__ as cli
-from keras_course_recipes import errors, harness, rundir, runs
+from keras_course_recipes import errors, harness, rundir
 
 
 @pytest.mark.slow
@@ -90,7 +90,7 @@ def test_one_ctrl_c_stops_training_even_when_library_code_swallows_it(how, tiny_
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
     swallower = SwallowsTheCtrlC(how)
-    with runs.Run.open(tiny_config("mnist_mlp")) as run, pytest.raises(KeyboardInterrupt):
+    with rundir.Run.open(tiny_config("mnist_mlp")) as run, pytest.raises(KeyboardInterrupt):
         model.fit(np.zeros((20, 2)), np.zeros(20), batch_size=1, epochs=1, verbose=0,
                   callbacks=[*run.callbacks(), swallower])
     assert run.interrupted is not None
@@ -135,7 +135,7 @@ def test_ctrl_c_lets_the_step_in_flight_finish(tiny_config, capfd):
     whose half-built graph then printed a traceback as it was collected."""
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
-    with runs.Run.open(tiny_config("mnist_mlp")) as run, pytest.raises(KeyboardInterrupt):
+    with rundir.Run.open(tiny_config("mnist_mlp")) as run, pytest.raises(KeyboardInterrupt):
         model.fit(np.zeros((20, 2)), np.zeros(20), batch_size=1, epochs=1, verbose=0,
                   callbacks=[*run.callbacks(), PressesCtrlC()])
     assert int(model.optimizer.iterations) == 3  # the step it was pressed in ran
@@ -159,7 +159,7 @@ def test_after_a_reported_interrupt_collected_leftovers_go_unprinted(monkeypatch
         return capsys.readouterr().err
 
     assert "Exception ignored" in collect()  # a bug, before any interrupt: printed
-    monkeypatch.setattr(cli, "main", lambda argv: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(cli, "main", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
     assert cli.run_cli([]) == 130
     assert "Exception ignored" not in collect()
 
@@ -171,7 +171,7 @@ def test_a_ctrl_c_once_the_run_directory_is_printed_is_the_runs(tiny_config, mon
     KeyboardInterrupt could land where library code drops it."""
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
-    with runs.Run.open(tiny_config("mnist_mlp")) as run, pytest.raises(KeyboardInterrupt):
+    with rundir.Run.open(tiny_config("mnist_mlp")) as run, pytest.raises(KeyboardInterrupt):
         apply = run.state.apply
 
         def apply_and_press(*args):
@@ -204,7 +204,7 @@ def test_a_ctrl_c_python_dropped_before_training_still_stops_the_run(tiny_config
     finally:
         gc.callbacks.remove(press)
     trained = []
-    with runs.Run.open(tiny_config("mnist_mlp")) as run, pytest.raises(runs.Interrupted) as error:
+    with rundir.Run.open(tiny_config("mnist_mlp")) as run, pytest.raises(errors.Interrupted) as error:
         run.train(lambda *args, **kwargs: trained.append(True))
     assert not trained and error.value.status == 130
     assert "Exception ignored" not in capsys.readouterr().err
@@ -247,6 +247,6 @@ def test_a_ctrl_c_the_users_code_handled_before_the_run_is_not_replayed(tiny_con
     except KeyboardInterrupt:
         pass  # the user's code, handling it
     trained = []
-    with runs.Run.open(tiny_config("mnist_mlp")) as run:
+    with rundir.Run.open(tiny_config("mnist_mlp")) as run:
         run.train(lambda *args, **kwargs: trained.append(True))
     assert trained == [True]

@@ -9,7 +9,6 @@ user starts it (`python -m keras_course_recipes`), or a driver that runs several
 in one process, to pay JAX's start-up once.
 """
 
-import csv
 import importlib.metadata
 import importlib.util
 import json

@@ -2,14 +2,15 @@
 a recipe file (`runs.main`) and from `python -m keras_course_recipes` (`_config.resolve`);
 a misspelt key or a value of the wrong type is still one line."""
 
+import json
 import shutil
 import sys
-from types import SimpleNamespace
 
 import pytest
 
 from conftest import ROOT
 from keras_course_recipes import UserError, _config, runs
+from keras_course_recipes import __main__ as cli
 
 
 @pytest.fixture
@@ -70,6 +71,10 @@ def student_file(tmp_path, *edits, module="mnist_mlp"):
     return namespace
 
 
+class Built(Exception):
+    """What the stand-in `run` raises once it has built the experiment."""
+
+
 def main(namespace, monkeypatch, *overrides):
     """`runs.main` as the file's last line calls it, with `run` building the
     experiment (every key `build` reads is read) and training nothing."""
@@ -79,9 +84,10 @@ def main(namespace, monkeypatch, *overrides):
     def run(config, run_dir, **ignored):
         built["config"] = config
         namespace["build"](config)
-        return SimpleNamespace(test={})
+        raise Built  # a bug to runs.main: re-raised, as it is
 
-    runs.main("mnist_mlp", namespace["CONFIG"], run, namespace.get("CONFIG_SCHEMA"))
+    with pytest.raises(Built):
+        runs.main("mnist_mlp", namespace["CONFIG"], run, namespace.get("CONFIG_SCHEMA"))
     return built["config"]
 
 
@@ -142,4 +148,32 @@ def test_the_backend_keras_runs_on_may_be_named(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace = student_file(tmp_path, ('"seed": 0,', '"seed": 0, "backend": "tensorflow",'))
     config = main(namespace, monkeypatch, "execution.backend=tensorflow")
-    assert "backend" not in config["execution"] and namespace["CONFIG"]["execution"]["backend"]
+    assert config["execution"]["backend"] == namespace["CONFIG"]["execution"]["backend"]
+
+
+def written(run_dir):
+    """The files a run wrote, by path (TensorBoard's event files by folder: their names
+    hold the time and the process), and metrics.json's keys."""
+    paths = {str(path.relative_to(run_dir).parent if "tfevents" in path.name else
+                 path.relative_to(run_dir)) for path in run_dir.rglob("*") if path.is_file()}
+    return paths, sorted(json.loads((run_dir / "metrics.json").read_text()))
+
+
+@pytest.mark.slow  # trains twice
+def test_a_recipe_file_and_the_command_line_write_the_same_files(tmp_path, monkeypatch, capsys):
+    """One way a run happens: `python mnist_mlp.py` and `recipes run mnist_mlp` differ
+    only in where the settings come from."""
+    monkeypatch.chdir(tmp_path)
+    tiny = ["data.source=synthetic", "data.synthetic_examples=64", "data.batch_size=16",
+            "train.epochs=2", "train.steps_per_epoch=2", "run.verbose=0"]
+    namespace = student_file(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["mnist_mlp.py", *tiny, f"run.dir={tmp_path / 'file'}"])
+    experiment = runs.main("mnist_mlp", namespace["CONFIG"], namespace["run"],
+                           namespace["CONFIG_SCHEMA"])
+    assert cli.main(["run", "mnist_mlp", *tiny, f"run.dir={tmp_path / 'command'}"]) == 0
+    from_file, from_command = written(tmp_path / "file"), written(tmp_path / "command")
+    assert from_file == from_command
+    assert {"metrics.json", "config.yaml", "history.csv", "checkpoints/best.keras",
+            "checkpoints/last.keras", "tensorboard/train"} <= from_file[0]
+    assert experiment.metrics["mode_used"] == "graph" and experiment.test == {
+        key: pytest.approx(value) for key, value in experiment.metrics["test"].items()}

@@ -9,7 +9,7 @@ from keras_course_recipes import _config, settings
 
 
 REFERENCE = ROOT / "docs" / "configuration.md"
-CHOICES = {**settings.CHOICES, **_config.CHOICES}  # the keys' choices: every recipe's, the command's
+CHOICES = settings.CHOICES  # the keys' choices
 
 
 def config_table_rows(page=REFERENCE):
@@ -25,9 +25,12 @@ def config_table_rows(page=REFERENCE):
 
 
 def default_keys():
-    """Every recipe's keys: the defaults, with the augmentation keys a recipe that augments has."""
+    """Every recipe's keys: the defaults, with the augmentation keys a recipe that augments
+    has, and the train keys that every recipe's CONFIG sets."""
+    trains = [set(_config.recipe_values(module)[0]["train"]) for module in kit.MODULES]
     return {f"{section}.{key}" for module in kit.MODULES
-            for section, values in _config.defaults(module).items() for key in values}
+            for section, values in _config.defaults(module).items() for key in values} | {
+        f"train.{key}" for key in set.intersection(*trains)}
 
 
 def test_the_table_lists_every_default_key_and_no_other():
@@ -60,7 +63,7 @@ def test_the_table_states_each_plain_default():
     rows = config_table_rows()
     for key in default_keys():
         section, name = key.split(".")
-        default = _config.defaults("cifar10_cnn")[section][name]
+        default = _config.defaults("cifar10_cnn")[section].get(name)
         if isinstance(default, (bool, int, float)) and key not in ("train.epochs", "train.lr"):
             # A table cell shows YAML: true, 0.1, 2048.
             shown = str(default).lower() if isinstance(default, bool) else str(default)

@@ -12,7 +12,7 @@ import pytest
 
 import keras_course_recipes as kit
 from conftest import ROOT, TINY, run_with
-from keras_course_recipes import UserError, _config, harness, rundir, runs
+from keras_course_recipes import UserError, errors, harness, rundir
 
 
 class StopAfterFirstEpoch(keras.callbacks.Callback):
@@ -50,7 +50,7 @@ def fit_with(recipe, config, callback):
 @pytest.mark.parametrize("first_mode, then_mode", [("graph", "graph"), ("eager", "xla")])
 def test_rerun_continues_at_epoch_2_with_saved_state(first_mode, then_mode, tiny_config, tmp_path):
     recipe = kit.load("mnist_mlp")
-    with pytest.raises(runs.Interrupted):
+    with pytest.raises(errors.Interrupted):
         fit_with(recipe, tiny_config("mnist_mlp", "train.epochs=3",
                                      f"execution.mode={first_mode}"), StopAfterFirstEpoch())
     run_dir = tmp_path / "run"

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import keras_course_recipes as kit
 from keras_course_recipes.models.revnet import (VARIANTS, EntryUnit, ReversibleStage, depth, revnet, revnet_variant,
                            variant_spec)
 from keras_course_recipes import UserError, harness

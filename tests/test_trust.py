@@ -24,7 +24,7 @@ from keras_course_recipes import __main__ as cli
 from keras_course_recipes.errors import UserError
 from keras_course_recipes import data as rdata
 from keras_course_recipes import folder as rfolder
-from keras_course_recipes import harness, runs
+from keras_course_recipes import harness, rundir
 from test_data import write_folder
 
 
@@ -288,7 +288,7 @@ def test_a_full_disk_says_what_was_saved_and_how_to_go_on(path, tiny_config, tmp
     was saved and it had been given no run.dir."""
     import errno
 
-    from keras_course_recipes import runs
+    from keras_course_recipes import errors, rundir
 
     monkeypatch.chdir(tmp_path)
     config = tiny_config("mnist_mlp", "run.dir=null")
@@ -298,7 +298,7 @@ def test_a_full_disk_says_what_was_saved_and_how_to_go_on(path, tiny_config, tmp
     def fills_the_disk(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", "runs/x/backup/latest.weights.h5")
 
-    with runs.Run.open(config) as run, pytest.raises(runs.UserError) as error:
+    with rundir.Run.open(config) as run, pytest.raises(errors.UserError) as error:
         run.train(fills_the_disk)
     assert str(error.value) == (
         f"the disk is full (runs/x/backup/latest.weights.h5) before the first epoch of {run.dir} "
@@ -311,7 +311,7 @@ def test_a_full_disk_under_tensorboards_writer_is_one_line(tiny_config, tmp_path
     """TensorFlow's file writers say ResourceExhaustedError, not OSError, of a full disk."""
     import tensorflow as tf
 
-    from keras_course_recipes import runs
+    from keras_course_recipes import errors, rundir
 
     monkeypatch.chdir(tmp_path)
 
@@ -319,8 +319,8 @@ def test_a_full_disk_under_tensorboards_writer_is_one_line(tiny_config, tmp_path
         raise tf.errors.ResourceExhaustedError(
             None, None, "runs/x/tensorboard/train/events.out; No space left on device")
 
-    with runs.Run.open(tiny_config("mnist_mlp", "run.dir=null")) as run, \
-            pytest.raises(runs.UserError, match="^the disk is full .*free some space"):
+    with rundir.Run.open(tiny_config("mnist_mlp", "run.dir=null")) as run, \
+            pytest.raises(errors.UserError, match="^the disk is full .*free some space"):
         run.train(fills_the_disk)
 
 
@@ -408,7 +408,7 @@ def test_a_lock_read_while_its_holder_writes_still_names_the_holder(tmp_path):
     finish.start()
     try:
         with pytest.raises(UserError, match=r"in use by process 4242 \(python -m keras_course_recipes run\)"):
-            runs.Run.open({"recipe": "mnist_mlp", "run": {"dir": str(run_dir)},
+            rundir.Run.open({"recipe": "mnist_mlp", "run": {"dir": str(run_dir)},
                            "train": {"epochs": 1}})
     finally:
         finish.join()
