@@ -16,7 +16,7 @@ OTHER_TF := $(if $(filter 1,$(GPU)),tensorflow-cpu,tensorflow)
 INSTALLED := $(VENV)/.installed-$(BUILD)
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
-.PHONY: help setup list show recipe notebooks wheel copy anchor tfds-to-folder sweep compare compare-sizes benchmark benchmark-backends benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak battery test test-fast test-slow test-benchmarks tensorboard clean
+.PHONY: help setup list show recipe notebooks wheel copy anchor tfds-to-folder sweep compare compare-sizes benchmark benchmark-backends results benchmark-lessons preview benchmark-augment benchmark-data benchmark-distributed memory recipe-multiworker curves graph profile soak battery test test-fast test-slow test-benchmarks tensorboard clean
 
 help:
 	@echo "make recipe NAME=<recipe> [ARGS=\"key=value ...\"]  train a recipe (make list: which)"
@@ -32,6 +32,7 @@ help:
 	@echo "make compare NAME=<recipe> [ARGS=\"modes=... steps=N repeats=N\"] time each execution mode"
 	@echo "make compare-sizes NAME=<recipe> [ARGS=...]        the same at four model sizes, with a plot"
 	@echo "make benchmark                                     fit's overhead and input wait, per recipe module"
+	@echo "make results                                       the tables and the plot of measured figures, from results/*.csv"
 	@echo "make benchmark-backends [SCRIPT=airbench94_muon.py] [ARGS=...]  densenet_cifar10_cpu's step on each backend"
 	@echo "make benchmark-lessons                             the tf.function lessons' timings"
 	@echo "make preview NAME=<recipe> [ARGS=...]              PNG of training images before/after augmentation"
@@ -103,6 +104,11 @@ anchor: $(INSTALLED)
 # SCRIPT=airbench94_muon.py PyTorch's own step beside them. Not a test: it reports.
 benchmark-backends: $(INSTALLED)
 	@$(PY) -m benchmarks backends $(or $(NAME),densenet_cifar10_cpu) $(if $(SCRIPT),--script $(SCRIPT)) $(ARGS)
+
+# The README's and the docs' tables of measured figures, and the plot of CIFAR-10
+# accuracy against wall time, generated from the results store (results/*.csv).
+results: $(INSTALLED)
+	@$(PY) -m benchmarks.results
 
 # tensorflow-datasets' DATASET (cifar10, ...) as DIR/train/ and DIR/test/ of
 # lossless PNGs, for data.source=folder; run once where a network is.

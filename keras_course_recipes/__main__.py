@@ -51,7 +51,7 @@ TOOLS = {name: f"keras_course_recipes.tools.{module}" for name, module in {
     "scaling": "compare", "preview": "preview", "graph": "graph", "profile": "profile",
     "soak": "soak", "augment-benchmark": "augment_bench", "data-benchmark": "data_bench",
     "memory": "memory", "multiworker": "multiworker", "notebooks": "notebooks", "copy": "copy",
-    "tfds-to-folder": "tfds_folder"}.items()}
+    "tfds-to-folder": "tfds_folder", "record": "record"}.items()}
 
 
 def commands(names=None, tools=None):

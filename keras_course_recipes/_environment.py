@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from keras_course_recipes import UserError, __version__
-from keras_course_recipes.errors import install_advice
+from keras_course_recipes.errors import checkout, install_advice
 
 # CPU features that decide TensorFlow's kernels: with AVX-512 VNNI, BF16 or
 # AMX it runs oneDNN's (_Mkl*) instead of Eigen's.
@@ -103,8 +103,9 @@ def gpus():
 
 
 def versions():
-    """The versions of the packages a result depends on."""
-    found = {"keras-course-recipes": __version__, "tensorflow": None}
+    """The versions of the packages a result depends on, and the commit of the
+    checkout the kit runs from (None from a wheel)."""
+    found = {"keras-course-recipes": __version__, "commit": commit(), "tensorflow": None}
     if has_tensorflow():
         import tensorflow as tf
 
@@ -116,6 +117,35 @@ def versions():
         except importlib.metadata.PackageNotFoundError:
             found[package] = None
     return found
+
+
+def commit():
+    """The commit the kit's checkout has checked out (12 hex digits), read from its
+    .git without starting a process, as a run finishes; None outside a checkout.
+    Edits not yet committed are not seen."""
+    root = checkout()
+    git = root / ".git" if root else None
+    if git is None or not git.exists():
+        return None
+    try:
+        if git.is_file():  # a worktree: "gitdir: PATH"
+            git = Path(git.read_text().split(":", 1)[1].strip())
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head[:12]
+        ref = head[5:]
+        common = Path((git / "commondir").read_text().strip()) if (git / "commondir").is_file() else None
+        for base in filter(None, [git, common and (git / common).resolve()]):
+            if (base / ref).is_file():
+                return (base / ref).read_text().strip()[:12]
+            packed = base / "packed-refs"
+            if packed.is_file():
+                for line in packed.read_text().splitlines():
+                    if line.endswith(" " + ref):
+                        return line[:12]
+    except (OSError, IndexError):
+        return None
+    return None
 
 
 def device_info():

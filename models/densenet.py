@@ -15,7 +15,7 @@ rate per block: 48, 96, 128), after a stem that halves the image at once
 (the ImageNet DenseNet's conv-BN-ReLU-max-pool, at 3x3), with max-pooling
 transitions. A training step's time goes with the pixels each convolution
 sees times its channels, and a CPU runs wide convolutions far closer to its
-peak than the paper's 12-channel ones (docs/cpu-hour.md).
+peak than the paper's 12-channel ones (docs/step-time.md).
 """
 
 import keras

@@ -30,7 +30,7 @@ from keras import layers, ops
 
 
 # Maps of at most this many pixels take `MatmulFilterGradientConv2D` (7x7 and 3x3
-# here): on larger ones, oneDNN's own filter gradient is the faster (docs/cpu-hour.md).
+# here): on larger ones, oneDNN's own filter gradient is the faster (docs/step-time.md).
 MATMUL_FILTER_GRADIENT_MAX_PIXELS = 64
 
 
@@ -352,7 +352,7 @@ class MatmulFilterGradientConv2D(keras.layers.Conv2D):
     matrix, transposed, times the upstream gradient (pixels, channels out).
     On maps of up to 8x8 those k x k matmuls are the faster (the step of
     airbench94's network 5% shorter, of densenet_cifar10_95's 8%:
-    docs/cpu-hour.md); on larger maps the shifted copies cost more than they save.
+    docs/step-time.md); on larger maps the shifted copies cost more than they save.
     The forward pass and the input gradient are TensorFlow's own, and the
     layer is Keras' own for other backends, strides, dilations, groups,
     and even kernels.

@@ -156,11 +156,10 @@ def test_the_layout_names_every_module_and_callback():
     tools = [path.stem for folder in (ROOT / "keras_course_recipes" / "tools", ROOT / "benchmarks")
              for path in folder.glob("*.py") if not path.stem.startswith("__")]
     public = ["runs", "data", "folder", "augment", "harness"]
-    builders = [path.stem for path in (ROOT / "models").glob("*.py") if path.stem != "__init__"]
     # One class per module in callbacks/, named after it.
     classes = ["".join(part.title() for part in path.stem.split("_"))
                for path in (ROOT / "callbacks").glob("*.py") if path.stem != "__init__"]
-    for name in [*helpers, *public, *tools, *builders, *classes]:
+    for name in [*helpers, *public, *tools, *classes]:
         assert re.search(rf"\b_?{name}\b", layout), f"the README's layout does not name {name}"
 
 
@@ -171,13 +170,22 @@ def test_the_layout_names_every_module_and_callback():
 # PyTorch and a user's copy of cifar10-airbench, tests/test_anchor.py patches a
 # stand-in).
 # `tfds-to-folder` needs a network: tests/test_tfds_folder.py runs it on tfds' mock data.
-NOT_RECIPE_COMMANDS = {"setup", "test", "test-fast", "test-slow", "tensorboard", "battery", "anchor", "wheel",
-                       "tfds-to-folder"}
+# `results` rewrites the pages themselves: tests/test_results.py runs its --check.
+NOT_RECIPE_COMMANDS = {"setup", "test", "test-fast", "test-slow", "test-benchmarks", "tensorboard",
+                       "battery", "anchor", "wheel", "tfds-to-folder", "results"}
+
+
+# Recipes a page shows how to add, which this checkout has not: the test that adds each.
+EXAMPLE_RECIPES = {"my_softmax": "tests/test_add_a_recipe.py::"
+                                 "test_a_recipe_file_added_to_a_copy_of_the_checkout_is_a_recipe"}
 
 
 def not_run(words):
-    """Whether a shown command is one of NOT_RECIPE_COMMANDS, as make or python -m keras_course_recipes."""
+    """Whether a shown command is one of NOT_RECIPE_COMMANDS, as make or python -m
+    keras_course_recipes, or names one of EXAMPLE_RECIPES."""
     words = list(words)  # all_commands() gives tuples, which never equal a list
+    if set(words) & set(EXAMPLE_RECIPES):
+        return True
     return ((words[0] == "make" and words[1] in NOT_RECIPE_COMMANDS)
             or (words[:3] in PROGRAMS and words[3] in NOT_RECIPE_COMMANDS)
             or (words[0] == "recipes" and words[1] in NOT_RECIPE_COMMANDS))
@@ -297,8 +305,11 @@ RUN_ELSEWHERE = {
 @pytest.mark.slow  # `make` expands the commands
 def test_each_command_run_elsewhere_is_shown_and_its_test_exists():
     shown = {shlex.join(words) for _, words in all_commands()}
+    for recipe in EXAMPLE_RECIPES:
+        assert any(recipe in command for command in shown), f"{recipe}: no longer shown"
     for command, test in RUN_ELSEWHERE.items():
         assert command in shown, f"{command}: no longer shown; drop it here"
+    for test in [*RUN_ELSEWHERE.values(), *EXAMPLE_RECIPES.values()]:
         path, name = test.split("::")
         assert f"def {name}(" in (ROOT / path).read_text(), test
 

@@ -1,0 +1,220 @@
+"""`make results` (`python -m benchmarks.results [--check]`): the README's and the
+docs' tables of measured figures, generated from the results store, `results/*.csv`,
+and the plot of CIFAR-10 accuracy against wall time.
+
+A page marks each generated table with two comments, and the text between them is
+this module's to write:
+
+    <!-- results: groups file=accuracy groups=LABEL A;LABEL B -->
+    <!-- /results -->
+
+- `groups`: one row per group of `results/FILE.csv` (the seeds of one configuration),
+  in the order given: its mean and spread over seeds, epochs, mean wall time, class;
+- `rows`: the rows of `results/FILE.csv` whose `where=COLUMN:VALUE`, the `columns=` given;
+- `recipes`: the README's recipe table, `results/references.csv` with each recipe's
+  headline group from `results/accuracy.csv` as one cell.
+
+`--check` writes nothing and exits 1, naming each block that differs from what the
+store gives (tests/test_results.py runs it).
+"""
+
+import argparse
+import csv
+import re
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STORE = ROOT / "results"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PLOT = ROOT / "docs" / "cifar10_accuracy_vs_time.png"
+BLOCK = re.compile(r"(<!-- results: (\w+)(.*?) -->\n)(.*?)(<!-- /results -->)", re.DOTALL)
+
+
+def read(name, store=STORE):
+    """The rows of `store/NAME.csv`, as dicts."""
+    path = store / f"{name}.csv"
+    with path.open(newline="") as file:
+        return list(csv.DictReader(file))
+
+
+def parameters(text):
+    """`key=value` items of a marker, where a value may hold spaces (group labels)."""
+    return {key: value.strip() for key, value in
+            re.findall(r"(\w+)=(.*?)(?=\s+\w+=|$)", text.strip())}
+
+
+def percent(fraction):
+    return f"{100 * fraction:.2f}%"
+
+
+def minutes(seconds):
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def summary(rows):
+    """{runs, mean, low, high, epochs, wall_s, split, machine, dates} of one group's rows."""
+    values = [float(row["value"]) for row in rows]
+    walls = [float(row["wall_s"]) for row in rows if row["wall_s"]]
+    return {"runs": len(rows), "mean": statistics.mean(values), "low": min(values),
+            "high": max(values), "epochs": "/".join(dict.fromkeys(row["epochs"] for row in rows)),
+            "wall_s": statistics.mean(walls) if walls else None, "split": rows[0]["split"],
+            "machine": rows[0]["machine"], "recipe": rows[0]["recipe"],
+            "jpeg": "JPEG" in rows[0]["group"],  # the older, lossy export of CIFAR-10
+            "dates": ", ".join(sorted(dict.fromkeys(row["date"] for row in rows)))}
+
+
+def grouped(rows, label):
+    found = [row for row in rows if row["group"] == label]
+    if not found:
+        raise SystemExit(f"error: no row of the store has group '{label}': add its rows, or "
+                         "drop it from the page's marker.")
+    return summary(found)
+
+
+def accuracy_cell(found):
+    spread = (f" ({percent(found['low'])} to {percent(found['high'])})"
+              if found["runs"] > 1 else "")
+    return f"{percent(found['mean'])}{spread}"
+
+
+def groups_table(store, file, groups):
+    rows = read(file, store)
+    lines = ["| recipe | configuration | split | runs | accuracy: mean (lowest to highest) "
+             "| epochs | wall time (mean) | machine | date |", "|---|---|---|---|---|---|---|---|---|"]
+    for label in groups.split(";"):
+        found = grouped(rows, label.strip())
+        wall = minutes(found["wall_s"]) if found["wall_s"] else "–"
+        lines.append(f"| `{found['recipe']}` | {label.strip()} | {found['split']} | "
+                     f"{found['runs']} | {accuracy_cell(found)} | {found['epochs']} | {wall} | "
+                     f"{found['machine']} | {found['dates']} |")
+    return "\n".join(lines) + "\n"
+
+
+def rows_table(store, file, columns, where=None):
+    rows = read(file, store)
+    if where:
+        column, _, value = where.partition(":")
+        rows = [row for row in rows if row[column] == value]
+    names = columns.split(",")
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+    for row in rows:
+        cells = [percent(float(row[name])) if name in ("mean", "value") and row[name] else row[name]
+                 for name in names]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def headline(found):
+    """One figure a README cell shows: `94.22% validation (2 seeds), 37 min, EPYC-oneDNN`."""
+    seeds = f" ({found['runs']} seeds)" if found["runs"] > 1 else ""
+    wall = f", {minutes(found['wall_s'])}" if found["wall_s"] else ""
+    images = " on the JPEG export" if found["jpeg"] else ""
+    return f"{percent(found['mean'])} {found['split']}{images}{seeds}{wall}, {found['machine']}"
+
+
+def recipes_table(store):
+    """Every recipe `recipes list` knows, in references.csv's order (then the rest by
+    name): a recipe with no row there shows its docstring's first line, unmeasured."""
+    import keras_course_recipes as kit
+
+    accuracy, references = read("accuracy", store), read("references", store)
+    known = {row["recipe"]: row for row in references}
+    lines = ["| name | model | data | reference (test split) | measured here |",
+             "|---|---|---|---|---|"]
+    for name in [*known, *sorted(set(kit.names()) - set(known))]:
+        if name not in kit.names():
+            continue  # a recipe that was removed
+        recipe = known.get(name) or {"model": kit.description(name), "data": "", "reference": "–",
+                                     "headline": ""}
+        cell = headline(grouped(accuracy, recipe["headline"])) if recipe["headline"] else "–"
+        lines.append(f"| `{name}` | {recipe['model']} | {recipe['data']} | "
+                     f"{recipe['reference']} | {cell} |")
+    return "\n".join(lines) + "\n"
+
+
+def render(kind, text, store=STORE):
+    """What a `kind` block with the marker's `text` holds."""
+    given = parameters(text)
+    if kind == "groups":
+        return groups_table(store, given["file"], given["groups"])
+    if kind == "rows":
+        return rows_table(store, given["file"], given["columns"], given.get("where"))
+    if kind == "recipes":
+        return recipes_table(store)
+    raise SystemExit(f"error: unknown results block '{kind}': groups, rows or recipes.")
+
+
+def regenerate(text, store=STORE):
+    """`text` with every block written from the store."""
+    return BLOCK.sub(lambda match: match[1] + render(match[2], match[3], store) + match[5], text)
+
+
+def stale(pages=PAGES, store=STORE):
+    """The pages whose blocks differ from what the store gives."""
+    return [page for page in pages if regenerate(page.read_text(), store) != page.read_text()]
+
+
+def plot(store=STORE, out=PLOT):
+    """CIFAR-10 accuracy against wall time, one point per group, on the machine class
+    where cifar10-airbench ran most: the recipes and the anchor side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [row for row in read("accuracy", store) if row["wall_s"] and (
+        "cifar10" in row["recipe"] or row["recipe"].startswith("airbench")) and "JPEG" not in
+        row["group"]]
+    anchors = [row["machine"] for row in rows if row["recipe"].startswith("airbench")]
+    machine = statistics.mode(anchors or [row["machine"] for row in rows])
+    labels = list(dict.fromkeys(row["group"] for row in rows if row["machine"] == machine))
+    figure, axes = plt.subplots(figsize=(9, 5.5))
+    markers, below = iter("osD^v<>pP*Xhd8H" * 3), []
+    for label in labels:
+        found = grouped(rows, label)
+        if found["mean"] < 0.9:  # the course's CNN, far below: named under the plot instead
+            below.append(f"{label} ({percent(found['mean'])}, {minutes(found['wall_s'])})")
+            continue
+        anchor = found["recipe"].startswith("airbench")
+        axes.scatter(found["wall_s"] / 60, 100 * found["mean"], marker=next(markers), s=40,
+                     edgecolors="tab:red" if anchor else "tab:blue", facecolors="none",
+                     label=f"{label} ({found['runs']})")
+    axes.set_xlabel("wall time (minutes)")
+    axes.set_ylabel("accuracy on held-out images (%), mean over seeds")
+    axes.set_title(f"CIFAR-10 on {machine}: the recipes (blue) and cifar10-airbench (red)"
+                   + (f"; not shown: {', '.join(below)}" if below else ""), fontsize=8)
+    axes.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5),
+                title="group (runs)", title_fontsize=7)
+    axes.grid(alpha=0.3)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.results",
+                                     description="Generate the tables and the plot from results/.")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 naming each page whose tables are stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        found = stale()
+        for page in found:
+            print(f"{page.relative_to(ROOT)}: its results tables differ from results/*.csv: "
+                  "run make results", file=sys.stderr)
+        return 1 if found else 0
+    for page in PAGES:
+        text = page.read_text()
+        new = regenerate(text)
+        if new != text:
+            page.write_text(new)
+            print(f"wrote {page.relative_to(ROOT)}")
+    print(f"wrote {plot().relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""`python -m keras_course_recipes record RUN_DIR [RUN_DIR ...] [--group LABEL] [--machine CLASS]
+[--store DIR]`: a finished run's result as a row of a results store, `DIR/accuracy.csv`
+(`results/` by default), so that tables and plots are generated from rows a run
+wrote, never re-typed.
+
+A row holds what the figure needs to be read and reproduced: the recipe, the
+command's overrides (the settings that differ from the recipe's own), the split
+and the metric, the epochs, the training's wall time and images per second, the
+seed, the machine class (docs/machines.md's names, from the CPU metrics.json
+recorded), the versions, the commit and the date. The seeds of one configuration
+share a `group`, which the tables average over.
+"""
+
+import csv
+import datetime
+import json
+import re
+from pathlib import Path
+
+from keras_course_recipes import _config, rundir
+from keras_course_recipes.errors import UserError
+from keras_course_recipes.tools import Command
+
+COLUMNS = ("group", "recipe", "command", "split", "images_scored", "metric", "value", "epochs",
+           "wall_s", "images_per_s", "seed", "machine", "tensorflow", "keras", "kit", "commit",
+           "date", "source")
+STORE = Path("results")
+
+
+def machine_class(device):
+    """docs/machines.md's class of the machine a metrics.json `device` describes, or None
+    where its CPU is none of the classes named there."""
+    if device.get("gpus"):
+        return "GPU-" + device["gpus"][0].split()[-1]  # "NVIDIA H100 80GB HBM3" is not a class name
+    cpu, features = device.get("cpu", ""), set(device.get("cpu_features") or ())
+    generation = device.get("cpu_generation") or ""
+    if "EPYC" in cpu:
+        if generation.startswith("family 26"):
+            return "EPYC-Zen5"
+        return "EPYC-oneDNN" if "avx512_bf16" in features else (
+            "EPYC-AVX2" if "avx2" in features else None)
+    if "Xeon" in cpu:
+        return "Xeon-AMX" if "amx_tile" in features else (
+            "Xeon-AVX512" if "avx512_bf16" in features else None)
+    return None
+
+
+def row(run_dir, group=None, machine=None):
+    """The store's row for the finished run in `run_dir` (its metrics.json and config.yaml)."""
+    run_dir = Path(run_dir)
+    metrics_file = run_dir / "metrics.json"
+    if not metrics_file.is_file():
+        raise UserError(f"{run_dir} holds no metrics.json: record a finished run's directory "
+                        "(runs/NAME/<timestamp>), whose metrics.json the run writes last.")
+    try:
+        metrics = json.loads(metrics_file.read_text())
+    except ValueError:
+        raise UserError(f"{metrics_file} is not valid JSON: run the same command again to "
+                        "write it anew.") from None
+    config = rundir.read_config(run_dir)
+    machine = machine or machine_class(metrics["device"])
+    if machine is None:
+        raise UserError(f"{run_dir} ran on a CPU that no class of docs/machines.md describes "
+                        f"({metrics['device'].get('cpu')}): name one with --machine CLASS.")
+    default = _config.resolve(config["recipe"], announce=lambda line: None)
+    changed = [key for key in rundir.changed_keys(default, config)
+               if not key.startswith("run.") and key != "execution.mode"]
+    flat = _flat(config)
+    overrides = " ".join(f"{key}={_shown(flat[key])}" for key in changed)
+    versions, epoch_s = metrics["versions"], metrics["timing"]["epoch_s"]
+    return {
+        "group": group or f"{config['recipe']} {machine}",
+        "recipe": config["recipe"],
+        "command": f"recipes run {config['recipe']} {overrides}".strip(),
+        # A folder without test/ scores the held-out training images.
+        "split": "test" if metrics["evaluated_on"] == "test" else "validation",
+        "images_scored": "",
+        "metric": "accuracy",
+        "value": f"{metrics['test']['accuracy']:.4f}",
+        "epochs": metrics["epochs_completed"],
+        "wall_s": f"{sum(epoch_s):.0f}",  # the training's epochs, as history.csv times them
+        "images_per_s": f"{metrics['timing']['images_per_s']:.0f}"
+        if metrics["timing"].get("images_per_s") else "",
+        "seed": config["execution"]["seed"],
+        "machine": machine,
+        "tensorflow": versions.get("tensorflow") or "",
+        "keras": versions.get("keras") or "",
+        "kit": versions.get("keras-course-recipes") or "",
+        "commit": versions.get("commit") or "",
+        "date": datetime.date.fromtimestamp(metrics_file.stat().st_mtime).isoformat(),
+        "source": "recipes record",
+    }
+
+
+def _shown(value):
+    """A value as `key=value` takes it on the command line (YAML)."""
+    if isinstance(value, str) and re.fullmatch(r"[\w./:~-]+", value):
+        return value
+    return json.dumps(value)
+
+
+def _flat(config, prefix=""):
+    found = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            found.update(_flat(value, f"{prefix}{key}."))
+        else:
+            found[f"{prefix}{key}"] = value
+    return found
+
+
+def append(rows, store=STORE):
+    """Appends `rows` to `store/accuracy.csv`, written with its header if new."""
+    path = Path(store) / "accuracy.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    if not new and next(csv.reader(path.open()), None) != list(COLUMNS):
+        raise UserError(f"{path}'s header is not the store's columns ({','.join(COLUMNS)}): "
+                        "give another --store.")
+    with path.open("a", newline="") as file:
+        writer = csv.DictWriter(file, COLUMNS)
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def record(run_dirs, group, machine, store):
+    rows = [row(run_dir, group, machine) for run_dir in run_dirs]  # every one checked first
+    path = append(rows, store)
+    for found in rows:
+        print(f"recorded {found['recipe']} ({found['group']}): {found['split']} "
+              f"{found['metric']} {found['value']}, seed {found['seed']}, {found['machine']}")
+    print(f"results: {path}")
+
+
+def add_arguments(parser):
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished runs' directories")
+    parser.add_argument("--group", default=None,
+                        help="the configuration's label, shared by its seeds (default: "
+                             "'RECIPE MACHINE')")
+    parser.add_argument("--machine", default=None,
+                        help="the machine class (docs/machines.md), where the CPU does not say")
+    parser.add_argument("--store", default=STORE, type=Path, help="the store's folder (results/)")
+
+
+COMMANDS = (
+    Command("record", "append finished runs' results to the results store (results/accuracy.csv)",
+            lambda run_dirs, group, machine, store: record(run_dirs, group, machine, store),
+            arguments=add_arguments, on_recipe=False, without_tensorflow=True),
+)

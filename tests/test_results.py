@@ -1,0 +1,119 @@
+"""The results store (results/*.csv) and what is generated from it: every table of
+measured figures in the README and docs/ is what `make results` writes from the
+rows, a group of seeds shows its mean and spread, and `recipes record` appends a
+finished run's row."""
+
+import csv
+import re
+
+import pytest
+
+from benchmarks import results
+from conftest import ROOT
+from keras_course_recipes.tools import record
+
+CLASSES = set(re.findall(r"\*\*([\w-]+)\*\*", (ROOT / "docs" / "machines.md").read_text()))
+
+
+def test_every_generated_table_is_what_the_store_gives():
+    assert [page.name for page in results.stale()] == [], "run make results"
+
+
+def test_the_pages_have_generated_tables():
+    blocks = [kind for page in results.PAGES for _, kind, *_ in
+              results.BLOCK.findall(page.read_text())]
+    assert "recipes" in blocks and blocks.count("groups") >= 3, blocks
+
+
+def test_every_row_of_the_store_is_complete_and_names_a_machine_class():
+    rows = results.read("accuracy")
+    assert len(rows) > 20
+    for row in rows:
+        assert list(row) == list(record.COLUMNS), row
+        assert row["split"] in ("validation", "test") and 0 < float(row["value"]) <= 1, row
+        assert row["machine"] in CLASSES, row
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", row["date"]) and row["command"], row
+    assert {row["machine"] for row in results.read("ablation")} <= CLASSES
+    headlines = {row["headline"] for row in results.read("references") if row["headline"]}
+    assert headlines <= {row["group"] for row in rows}
+
+
+def write_store(folder, values):
+    folder.mkdir(exist_ok=True)
+    with (folder / "accuracy.csv").open("w", newline="") as file:
+        writer = csv.DictWriter(file, record.COLUMNS)
+        writer.writeheader()
+        for seed, (value, wall) in enumerate(values):
+            writer.writerow({**dict.fromkeys(record.COLUMNS, ""), "group": "g 20ep",
+                             "recipe": "densenet_cifar10_cpu", "command": "unrecorded",
+                             "split": "validation", "metric": "accuracy", "value": value,
+                             "epochs": 20, "wall_s": wall, "seed": seed,
+                             "machine": "EPYC-oneDNN", "date": "2026-11-25"})
+    return folder
+
+
+def test_a_group_of_seeds_shows_their_mean_and_spread(tmp_path):
+    store = write_store(tmp_path / "store", [("0.9416", "2169"), ("0.9428", "2290")])
+    page = "<!-- results: groups file=accuracy groups=g 20ep -->\nstale\n<!-- /results -->\n"
+    table = results.regenerate(page, store)
+    assert "| `densenet_cifar10_cpu` | g 20ep | validation | 2 | 94.22% (94.16% to 94.28%) | 20 | 37 min | EPYC-oneDNN | 2026-11-25 |" in table
+    assert "stale" not in table and results.regenerate(table, store) == table
+    assert results.headline(results.grouped(results.read("accuracy", store), "g 20ep")) == (
+        "94.22% validation (2 seeds), 37 min, EPYC-oneDNN")
+
+
+def test_a_marker_naming_a_group_the_store_lacks_is_one_line(tmp_path):
+    store = write_store(tmp_path / "store", [("0.9", "60")])
+    with pytest.raises(SystemExit, match="no row of the store has group 'missing'"):
+        results.regenerate("<!-- results: groups file=accuracy groups=missing -->\n"
+                           "<!-- /results -->", store)
+
+
+def test_the_plot_draws_the_store(tmp_path):
+    store = write_store(tmp_path / "store", [("0.9416", "2169"), ("0.9428", "2290")])
+    out = results.plot(store, tmp_path / "plot.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("device, machine", [
+    ({"cpu": "AMD EPYC 9R14", "cpu_generation": "family 25, model 17",
+      "cpu_features": ["avx2", "avx512f", "avx512_vnni", "avx512_bf16"]}, "EPYC-oneDNN"),
+    ({"cpu": "AMD EPYC", "cpu_generation": "family 26, model 2",
+      "cpu_features": ["avx2", "avx512_bf16"]}, "EPYC-Zen5"),
+    ({"cpu": "AMD EPYC", "cpu_generation": "family 25, model 1", "cpu_features": ["avx2"]},
+     "EPYC-AVX2"),
+    ({"cpu": "Intel(R) Xeon(R) Platinum 8488C", "cpu_features": ["avx512_bf16", "amx_tile"]},
+     "Xeon-AMX"),
+    ({"cpu": "Intel(R) Xeon(R) Platinum", "cpu_features": ["avx512_bf16"]}, "Xeon-AVX512"),
+    ({"cpu": "Apple M2", "cpu_features": []}, None),
+])
+def test_the_machine_class_comes_from_the_cpu_a_run_recorded(device, machine):
+    assert record.machine_class(device) == machine
+
+
+@pytest.mark.slow  # trains
+def test_record_appends_a_finished_runs_row(tmp_path, monkeypatch, capsys):
+    from keras_course_recipes import __main__ as cli
+
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "run"
+    assert cli.main(["run", "mnist_mlp", "data.source=synthetic", "data.synthetic_examples=64",
+                     "data.batch_size=16", "train.epochs=2", "train.steps_per_epoch=2",
+                     "run.verbose=0", "execution.seed=3", f"run.dir={run_dir}"]) == 0
+    for _ in range(2):  # appended, under one header
+        assert cli.main(["record", str(run_dir), "--group", "mnist_mlp tiny",
+                         "--machine", "EPYC-AVX2", "--store", str(tmp_path / "store")]) == 0
+    rows = results.read("accuracy", tmp_path / "store")
+    assert len(rows) == 2 and rows[0] == rows[1]
+    row = rows[0]
+    assert row["command"].startswith("recipes run mnist_mlp ") and "data.source=synthetic" in (
+        row["command"]) and "execution.seed=3" in row["command"] and "run.dir" not in row["command"]
+    assert (row["group"], row["split"], row["seed"], row["epochs"], row["machine"]) == (
+        "mnist_mlp tiny", "test", "3", "2", "EPYC-AVX2")
+    assert row["kit"] and row["tensorflow"] and row["keras"] and 0 <= float(row["value"]) <= 1
+    assert "recorded mnist_mlp (mnist_mlp tiny): test accuracy" in capsys.readouterr().out
+
+
+def test_recording_a_folder_without_metrics_is_one_line(tmp_path):
+    with pytest.raises(record.UserError, match="holds no metrics.json"):
+        record.row(tmp_path)
