@@ -2,7 +2,7 @@
 
 The lessons are `keras_course_recipes.recipes` (the repository's recipes/
 folder), one module per recipe, looked up here by name: a recipe is either a
-module named in `MODULES` (its settings are its `CONFIG`), or a YAML file in
+module of `MODULES`, a file of its own (its settings are its `CONFIG`), or a YAML file in
 `keras_course_recipes.configs` (configs/) whose top-level `recipe:` key names
 the module that runs it, with its settings applied on top of that module's.
 The builders are `keras_course_recipes.models` (models/), the callbacks
@@ -45,10 +45,10 @@ def _mapped(folder):
 
 RECIPES_DIR = _mapped("recipes")  # the recipe files, the lessons
 CONFIGS_DIR = _mapped("configs")  # the YAML recipes
-# The recipe modules: each has `build(config)` and `run(config)`
-# (tests/test_layout.py keeps this list and the folder in step).
-MODULES = ("cifar10_cnn", "densenet_cifar10_cpu", "densenet_cifar100", "graph_lessons",
-           "mnist_cnn", "mnist_mlp", "revnet_cifar10")
+# The recipe modules, each a file of recipes/ with its CONFIG, `build(config)` and
+# `run(config, ...)`: adding a recipe is adding its file (docs/add-a-recipe.md).
+MODULES = tuple(sorted(path.stem for path in RECIPES_DIR.glob("*.py")
+                       if not path.stem.startswith("_")))
 
 
 def _config_recipes():

@@ -87,25 +87,25 @@ def resolve(name, config_files=(), overrides=(), announce=print):
                        {"execution": {"backend": os.environ["KERAS_BACKEND"]}}))
     recipe_config, schema = recipe_values(module, layers, overrides)
     return settle(name, recipe_config, schema, layers, overrides, announce,
-                  f"in {source}'s CONFIG")
+                  f"in {source}'s CONFIG", tensorflow_only(module))
 
 
 def settle(name, recipe_config, schema=None, layers=(), overrides=(), announce=print,
-           origin="in CONFIG"):
+           origin="in CONFIG", only=None):
     """Recipe `name`'s settings from its CONFIG object `recipe_config` (written
-    `origin`) and `CONFIG_SCHEMA`, the YAML `layers` and the overrides, every check
-    passed: what `resolve` gives the command line, and `runs.main` a recipe file."""
-    module = module_of(name)
+    `origin`), `CONFIG_SCHEMA` and `TENSORFLOW_ONLY` (`only`), the YAML `layers` and
+    the overrides, every check passed: what `resolve` gives the command line, and
+    `runs.main` a recipe file."""
     sections = settings.defaults(recipe_config, PACKAGE_DIR)
     unknown = sorted(set(recipe_config) - set(sections))
     if unknown:
-        raise UserError(f"{module}: unknown CONFIG section {unknown[0]}; sections are "
+        raise UserError(f"{name}: unknown CONFIG section {unknown[0]}; sections are "
                         f"{', '.join(sections)}.")
     config = settings.resolve(name, sections, recipe_config, layers=layers, overrides=overrides,
                               schema=schema, announce=announce, origin=origin)
     backend = config["execution"]["backend"]
     if backend != "tensorflow":
-        _check_backend(module, config)
+        _check_backend(config, only)
     settings.resolve_mode(config["execution"], backend)
     _check_together(config)
     return config
@@ -132,19 +132,19 @@ def _steps(profile):
     return tuple(steps) if len(steps) == 2 and 1 <= steps[0] <= steps[1] else None
 
 
-# Recipe modules that teach TensorFlow itself, and the feature that keeps them there.
-TENSORFLOW_ONLY_RECIPES = {
-    "graph_lessons": "the tf.function lessons",
-    "revnet_cifar10": "RevNet's tf.custom_gradient",
-}
+def tensorflow_only(module):
+    """Why recipe module `module` trains on TensorFlow alone (its `TENSORFLOW_ONLY`,
+    e.g. RevNet's tf.custom_gradient), or None: it runs on every backend."""
+    source = RECIPES_DIR / f"{module}.py"
+    return (settings.module_literal(source, "TENSORFLOW_ONLY", default="") or None) if source.is_file() else None
 
 
-def _check_backend(module, config):
+def _check_backend(config, only):
     """Refuses, before anything runs, what Keras on JAX or torch cannot do:
-    each of these is TensorFlow's own."""
+    each of these is TensorFlow's own (`only`: the recipe's `TENSORFLOW_ONLY`)."""
     execution, callbacks, backend = config["execution"], config["callbacks"], config["execution"]["backend"]
     refused = [
-        (module in TENSORFLOW_ONLY_RECIPES, TENSORFLOW_ONLY_RECIPES.get(module)),
+        (only is not None, only),
         (execution["strategy"] != "none", f"execution.strategy={execution['strategy']}, "
                                           "tf.distribute"),
         (callbacks["graph"], "callbacks.graph, the TensorBoard graph writer"),

@@ -109,7 +109,7 @@ def main(name, config, run, schema=None):
                 Path(caller["__file__"]).name if ran_as_file else f"{name}.py")
             config = _config.settle(name, config, schema, [(
                 "by the backend Keras loaded", {"execution": {"backend": started}})], overrides,
-                announce=print)
+                announce=print, only=caller.get("TENSORFLOW_ONLY"))
             onednn = config["execution"]["onednn"]
             if onednn is not None and os.environ.get("TF_ENABLE_ONEDNN_OPTS") != str(int(onednn)):
                 print(f"note: execution.onednn is read as TensorFlow starts: run with "

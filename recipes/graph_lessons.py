@@ -77,6 +77,8 @@ CONFIG = {
         "steps_per_execution": 1,
     },
 }
+# Why this recipe trains on TensorFlow alone: `recipes run` on JAX or torch refuses it, saying so.
+TENSORFLOW_ONLY = "the tf.function lessons"
 
 
 # ## Lesson 1: retracing

@@ -93,6 +93,8 @@ CONFIG_SCHEMA = {
     "model.filters": "list",
     "model.backprop": ["reversible", "standard", "remat"],
 }
+# Why this recipe trains on TensorFlow alone: `recipes run` on JAX or torch refuses it, saying so.
+TENSORFLOW_ONLY = "RevNet's tf.custom_gradient"
 
 
 # ## The data and the compiled model

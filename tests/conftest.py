@@ -199,7 +199,8 @@ class FreshPythons:
     student's who installed it. `kernel(python, style)` registers a Jupyter
     kernel on one, launched as Jupyter or VS Code launches kernels."""
 
-    def __init__(self, folder):
+    def __init__(self, folder, source=None):
+        """`source`: a folder laid out as `kit_source` copies the checkout (its copy, else)."""
         import subprocess
         import sysconfig
 
@@ -207,8 +208,8 @@ class FreshPythons:
         stack = sysconfig.get_paths()["purelib"]
         wheels = folder / "wheels"
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                        str(kit_source(folder / "source")), "-w", str(wheels)], check=True,
-                       capture_output=True)
+                        str(source or kit_source(folder / "source")), "-w", str(wheels)],
+                       check=True, capture_output=True)
         self.wheel = next(wheels.glob("keras_course_recipes-*.whl"))
         for name in ("bare", "kit"):
             subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder / name)],

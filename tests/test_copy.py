@@ -273,3 +273,20 @@ def test_a_students_own_modules_beside_a_recipe_change_nothing(tmp_path, fresh_p
     result = run_copy(fresh_pythons.kit, tmp_path, "mnist_mlp", *TINY_COPY)
     assert result.returncode == 0 and "test: {" in result.stdout, result.stderr[-3000:]
     assert "student" not in result.stderr
+
+
+@pytest.mark.slow
+def test_in_a_copys_folder_python_m_says_the_copy_hides_the_installed_kit(tmp_path,
+                                                                           fresh_pythons):
+    """`recipes copy` writes the copy's keras_course_recipes/__main__.py: the folder's
+    partial package comes first on `python -m`'s path; the `recipes` command still works."""
+    recipes = fresh_pythons.kit.parent / "recipes"
+    assert subprocess.run([str(recipes), "copy", "mnist_mlp", str(tmp_path / "mine")],
+                          capture_output=True, text=True, timeout=120).returncode == 0
+    shadowed = subprocess.run([str(fresh_pythons.kit), "-m", "keras_course_recipes", "list"],
+                              cwd=tmp_path / "mine", capture_output=True, text=True, timeout=120)
+    assert shadowed.returncode == 1 and "Traceback" not in shadowed.stderr
+    assert shadowed.stderr.strip().endswith("python NAME.py trains the copy).")
+    listed = subprocess.run([str(recipes), "list"], cwd=tmp_path / "mine", capture_output=True,
+                            text=True, timeout=120)
+    assert listed.returncode == 0 and "mnist_mlp" in listed.stdout

@@ -14,6 +14,17 @@ from keras_course_recipes.tools import Command
 
 PACKAGE = "keras_course_recipes"
 OPTIONAL = f"{PACKAGE}/folder.py"  # data.py loads it by name, only for data.source=folder
+# The copy's keras_course_recipes/ comes first on `python -m`'s path in its folder and
+# hides an installed kit's command line: its __main__ says so, in one line.
+SHADOW = f"{PACKAGE}/__main__.py"
+SHADOW_TEXT = '''"""Written by `recipes copy`: this folder's keras_course_recipes/ holds the kit's
+files its recipe imports, and nothing of the command line."""
+
+raise SystemExit("error: this folder's keras_course_recipes/ is the part of the kit that "
+                 "`recipes copy` copied for its recipe, and it hides an installed kit from "
+                 "`python -m keras_course_recipes` here: run the `recipes` command, or run "
+                 "python -m from another folder (python NAME.py trains the copy).")
+'''
 
 
 def kit_files(path):
@@ -74,7 +85,7 @@ def copy(name, folder):
     sources = {f"{name}.py": recipe, **kit_files(recipe)}
     if folder.exists() and not folder.is_dir():
         raise UserError(f"{folder} is a file: give a folder to copy {name} into.")
-    there = [path for path in sources if (folder / path).exists()]
+    there = [path for path in [*sources, SHADOW] if (folder / path).exists()]
     if there:
         raise UserError(f"{folder} already holds {', '.join(there)}: copy into another folder, "
                         "or remove them first.")
@@ -84,6 +95,7 @@ def copy(name, folder):
             (folder / path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, folder / path)
             copied.append((path, len(source.read_text().splitlines())))
+        (folder / SHADOW).write_text(SHADOW_TEXT)
     except OSError as error:
         raise UserError(f"Cannot copy into {folder}: {error.strerror} "
                         f"({error.filename or folder}). Give a folder you can write to.") from None
