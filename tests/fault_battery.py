@@ -964,7 +964,7 @@ def classify(case, outcome, run_dir, first=None, left=None):
     epochs = int(next(arg for arg in reversed(case.args)
                       if arg.startswith("train.epochs=")).partition("=")[2])
     problem = untruth(run_dir, epochs, copied=case.copied is not None)
-    if not problem and case.copied and "test: {" not in outcome.stdout and not case.close_stdout:
+    if not problem and case.copied and "/metrics.json" not in outcome.stdout and not case.close_stdout:
         problem = "exit 0 without the test metrics printed"
     if problem:
         return SILENT_WRONG, problem
