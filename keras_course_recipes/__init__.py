@@ -29,7 +29,7 @@ import yaml
 
 from keras_course_recipes.errors import UserError
 
-__version__ = "0.1.0"  # the distribution's version: pyproject.toml reads it from here
+__version__ = "1.0.0"  # the distribution's version: pyproject.toml reads it from here
 
 RUNS_DIR = Path("runs")  # where runs are written, relative to where the command runs
 
