@@ -21,9 +21,11 @@ either is a process of its own, timed from start to exit; the recipe's run
 PyTorch is not in the main stack: `pip install -r requirements-torch.txt`.
 """
 
+import datetime
 import importlib.util
 import json
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -31,9 +33,9 @@ import time
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, _config, rundir, settings
+from keras_course_recipes import RUNS_DIR, _config, _environment, rundir, settings
 from keras_course_recipes.errors import UserError
-from keras_course_recipes.tools import Command, count
+from keras_course_recipes.tools import Command, count, record
 from keras_course_recipes.tools.tables import markdown_table
 
 # Run first in the patched script: what stands in for CUDA and torchvision.
@@ -181,9 +183,12 @@ def torch_installed():
     return importlib.util.find_spec("torch") is not None
 
 
-def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None):
+def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None, label=None,
+           machine=None, store=record.STORE):
     """Runs the patched `script` and recipe `name` `runs_` times each; returns
-    the rows and writes `table.md` and `results.json` into `out_dir`."""
+    the rows and writes `table.md` and `results.json` into `out_dir`; with a
+    `label`, appends each run as a row of the results store (`store`), each side
+    a group of its own, on `machine` (else the class the CPU tells)."""
     # What a user can get wrong is refused before anything is written, so
     # that a refused command leaves nothing behind: the data last, since
     # reading them (decoding, the first time) is what takes time.
@@ -200,6 +205,10 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None):
     if not torch_installed():
         raise UserError("anchor runs cifar10-airbench's PyTorch script, and PyTorch is not "
                         "installed here: pip install -r requirements-torch.txt (its CPU build).")
+    machine = machine or record.machine_class(_environment.device_info())
+    if label is not None and machine is None:
+        raise UserError("--record needs the machine class (docs/machines.md), which this CPU "
+                        "does not tell: give --machine CLASS.")
     train, test, evaluated_on = splits(config)
     out_dir = Path(out_dir or rundir.timestamped(RUNS_DIR / "anchor" / name))
     work = out_dir / "airbench"
@@ -229,7 +238,33 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None):
     (out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     print(table + f"\nresults: {out_dir}/table.md, results.json; each run's output, with its "
           "accuracy after each epoch: *-run<N>.log", flush=True)
+    if label is not None:
+        command = shlex.join(["python", "-m", "benchmarks", "anchor", name, "--script",
+                              Path(script).name, f"runs={runs_}", *overrides])
+        path = record.append(store_rows(rows, label, name, kind, machine, command, config), store)
+        print(f"recorded {len(rows)} rows as 'anchor {label} ...': {path}")
     return rows
+
+
+def store_rows(rows, label, name, kind, machine, command, config):
+    """anchor's runs as rows of the results store: each side a group of its own."""
+    versions, today = _environment.versions(), datetime.date.today().isoformat()
+    found = []
+    for row in rows:
+        airbench = row["what"] == kind
+        side = Path(kind).stem if airbench else name
+        found.append({
+            **dict.fromkeys(record.COLUMNS, ""), "group": f"anchor {label} {side} {machine}",
+            "recipe": side, "command": command,
+            "split": "test" if row["evaluated_on"] == "test" else "validation",
+            "metric": "accuracy", "value": f"{row['accuracy']:.4f}",
+            "epochs": "" if airbench else config["train"]["epochs"],  # airbench's own schedule
+            "wall_s": f"{row['wall_s']:.0f}", "seed": "" if airbench else row["run"],
+            "machine": machine, "tensorflow": versions.get("tensorflow") or "",
+            "keras": versions.get("keras") or "", "kit": versions["keras-course-recipes"],
+            "commit": versions.get("commit") or "", "date": today,
+            "source": "python -m benchmarks anchor --record"})
+    return found
 
 
 def _timed(what, run, command, cwd, environment, accuracy, out_dir):
@@ -295,13 +330,18 @@ def _range(values, form):
 def _arguments(parser):
     parser.add_argument("--script", required=True, metavar="AIRBENCH.py",
                         help="your copy of cifar10-airbench's airbench94.py or airbench94_muon.py")
+    parser.add_argument("--record", default=None, metavar="LABEL", dest="label",
+                        help="append each run to results/accuracy.csv, in the groups "
+                             "'anchor LABEL SIDE MACHINE'")
+    parser.add_argument("--machine", default=None, metavar="CLASS",
+                        help="with --record: the machine class, where the CPU does not tell it")
 
 
 COMMANDS = (
     Command("anchor", "cifar10-airbench's script beside the recipe on this CPU, the same images "
             "and split: accuracy, wall time, ratios",
-            lambda name, script, runs, config_files, overrides: anchor(
-                name, script, runs, config_files, overrides),
+            lambda name, script, runs, config_files, overrides, label, machine: anchor(
+                name, script, runs, config_files, overrides, label=label, machine=machine),
             options=(count("runs", 3, 1),), arguments=_arguments,
             tensorflow_only="it runs the recipe on TensorFlow beside PyTorch's script"),
 )

@@ -272,3 +272,28 @@ def test_a_timed_run_keeps_its_output_with_each_epochs_accuracy(tmp_path):
     assert (row["what"], row["run"], row["accuracy"]) == ("airbench94_muon.py", 2, 0.935)
     assert (tmp_path / "airbench94_muon-run2.log").read_text().splitlines()[:2] == [
         "epoch 1 val_acc 0.5", "epoch 2 val_acc 0.7"]
+
+
+def test_record_appends_each_side_as_a_group_of_the_results_store(monkeypatch, tmp_path):
+    monkeypatch.setattr(anchor, "torch_installed", lambda: True)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(
+        from_numpy=lambda array: array, save=lambda data, path: None))
+    accuracy = iter([0.9366, 0.9402])
+    monkeypatch.setattr(anchor, "_timed", lambda what, run, *_: {
+        "what": what, "run": run, "accuracy": next(accuracy), "wall_s": 900.4})
+    script = tmp_path / "airbench94_muon.py"
+    script.write_text(STAND_IN)
+    write_images(tmp_path / "images", ("train",))
+    anchor.anchor("densenet_cifar10_cpu", script, 1, overrides=folder(tmp_path / "images"),
+                  out_dir=tmp_path / "out", label="muon0.2", machine="EPYC-oneDNN",
+                  store=tmp_path / "store")
+    from benchmarks import results
+
+    rows = results.read("accuracy", tmp_path / "store")
+    assert [(row["group"], row["recipe"], row["value"], row["seed"], row["split"]) for row in rows] == [
+        ("anchor muon0.2 airbench94_muon EPYC-oneDNN", "airbench94_muon", "0.9366", "", "validation"),
+        ("anchor muon0.2 densenet_cifar10_cpu EPYC-oneDNN", "densenet_cifar10_cpu", "0.9402", "0",
+         "validation")]
+    assert rows[0]["command"].startswith("python -m benchmarks anchor densenet_cifar10_cpu "
+                                         "--script airbench94_muon.py runs=1 data.source=folder")
+    assert rows[1]["wall_s"] == "900" and rows[1]["kit"] and rows[1]["epochs"]
