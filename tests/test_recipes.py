@@ -4,6 +4,7 @@ synthetic data, and every recipe name on tensorflow-datasets' mock data."""
 import csv
 import json
 import math
+import subprocess
 
 import keras
 import pytest
@@ -11,7 +12,7 @@ import tensorflow_datasets as tfds
 
 import keras_course_recipes as kit
 from keras_course_recipes.callbacks.timing import EPOCH_KEYS
-from conftest import run_with
+from conftest import ROOT, run_with
 from keras_course_recipes import data as rdata
 from keras_course_recipes import harness
 from keras_course_recipes.augment import network_of
@@ -138,7 +139,12 @@ def test_metrics_json_contract(tiny_config, tmp_path):
     seconds = [16 * 3 / per_epoch[0], 16 * 4 / per_epoch[1]]
     assert timing["images_per_s"] == pytest.approx(16 * 7 / sum(seconds), rel=1e-6)
     assert len(timing["epoch_s"]) == 2
-    assert set(metrics["versions"]) == {"keras-course-recipes", "tensorflow", "keras", "keras-cv"}
+    assert set(metrics["versions"]) == {"keras-course-recipes", "commit", "tensorflow", "keras",
+                                        "keras-cv"}
+    if (ROOT / ".git").exists():  # a clone: the commit it has checked out, as git names it
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout
+        assert metrics["versions"]["commit"] == head[:12]
     assert metrics["versions"]["tensorflow"].startswith("2.21")
     assert {"gpus", "cpu", "cpu_generation", "cpu_cores", "cpu_features"} <= set(metrics["device"])
 
