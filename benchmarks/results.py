@@ -50,7 +50,12 @@ def percent(fraction):
 
 
 def minutes(seconds):
-    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+    """A wall time as a reader takes it in: seconds to a minute, then minutes and seconds
+    to ten minutes, then minutes."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    return f"{seconds // 60} min {seconds % 60} s" if seconds < 600 else f"{round(seconds / 60)} min"
 
 
 def summary(rows):
