@@ -8,10 +8,10 @@ validation accuracy after 25 epochs and 79% after 50, trained on all 50,000
 training images and validated on the 10,000 test images
 (`data.validation_split=0` does the same where the data has a test split).
 
-Measured: 72.96% on 5,000 held-out lossless CIFAR-10 training images after
-25 epochs, in 20 min 33 s on a 2-core EPYC-oneDNN CPU (2026-11-25), still
-rising: short of the example's 75% on 10% fewer training images
-(docs/cpu-hour.md). On a JPEG export of the same images it read 71.14%.
+Measured here on 5,000 held-out lossless CIFAR-10 training images after 25
+epochs, still rising, short of the example's 75% on 10% fewer training
+images: the README's recipe table, generated from results/accuracy.csv
+(group `cifar10_cnn 25ep oneDNN`; docs/cpu-hour.md has the JPEG export's).
 
     make recipe NAME=cifar10_cnn
     make recipe NAME=cifar10_cnn ARGS="execution.mode=xla data.source=synthetic train.epochs=1"

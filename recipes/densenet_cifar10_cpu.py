@@ -22,14 +22,14 @@ the concatenation of all earlier ones):
   at 10, on EPYC-Zen5; on airbench94_muon's schedule (`train.schedule=linear`)
   8 epochs read what SGD's 10 do, 93.6%.
 
-Measured on EPYC-oneDNN (2 cores, AVX-512 with BF16), 2026-11-25: 94.16%
-and 94.28% (seeds 0 and 1) of 5,000 held-out lossless CIFAR-10 training
-images after 20 epochs with six test-time views (93.12% and 93.34% with one),
-in 36 to 38 minutes, 101 to 120 s an epoch: airbench94's 94% mark in twice
-its 9.9 epochs. On a JPEG export of the same images it read 91.5%
-(docs/cpu-hour.md says what else was measured). Its 95% configuration,
+Measured here on 5,000 held-out lossless CIFAR-10 training images after 20
+epochs with six test-time views, two seeds: airbench94's 94% mark in twice its
+9.9 epochs, within the hour on a 2-core CPU. Its 95% configuration,
 configs/densenet_cifar10_95.yaml (airbench95's widths and rate, Muon on the
-linear schedule, 11 epochs), read 95.06% and 95.20% in 34 minutes on EPYC-Zen5.
+linear schedule, 11 epochs), reads 95% in about half an hour on EPYC-Zen5.
+The figures are the README's recipe table and docs/cpu-hour.md, generated
+from results/accuracy.csv (groups `dense_cpu 20ep oneDNN` and
+`dense_95 11ep Zen5`).
 
     make recipe NAME=densenet_cifar10_cpu ARGS="data.source=folder data.path=DATA"
 
