@@ -35,6 +35,9 @@ BLOCK = re.compile(r"(<!-- results: (\w+)(.*?) -->\n)(.*?)(<!-- /results -->)", 
 def read(name, store=STORE):
     """The rows of `store/NAME.csv`, as dicts."""
     path = store / f"{name}.csv"
+    if not path.is_file():
+        raise SystemExit(f"error: {path} is missing: the results store holds accuracy.csv, "
+                         "ablation.csv and references.csv (results/README.md).")
     with path.open(newline="") as file:
         return list(csv.DictReader(file))
 

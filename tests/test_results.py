@@ -117,3 +117,10 @@ def test_record_appends_a_finished_runs_row(tmp_path, monkeypatch, capsys):
 def test_recording_a_folder_without_metrics_is_one_line(tmp_path):
     with pytest.raises(record.UserError, match="holds no metrics.json"):
         record.row(tmp_path)
+
+
+@pytest.mark.parametrize("text", ['{"x": 1}', '[1, 2]'])
+def test_recording_a_metrics_json_the_kit_did_not_write_is_one_line(text, tmp_path):
+    (tmp_path / "metrics.json").write_text(text)
+    with pytest.raises(record.UserError, match="is not a metrics.json of this kit's"):
+        record.row(tmp_path)

@@ -17,7 +17,7 @@ import json
 import re
 from pathlib import Path
 
-from keras_course_recipes import _config, rundir
+from keras_course_recipes import _config, rundir, settings
 from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import Command
 
@@ -57,6 +57,12 @@ def row(run_dir, group=None, machine=None):
     except ValueError:
         raise UserError(f"{metrics_file} is not valid JSON: run the same command again to "
                         "write it anew.") from None
+    needed = ("device", "versions", "timing", "test", "evaluated_on", "epochs_completed")
+    if not isinstance(metrics, dict) or any(key not in metrics for key in needed) or (
+            "accuracy" not in metrics["test"]):
+        raise UserError(f"{metrics_file} is not a metrics.json of this kit's with a test "
+                        "accuracy: record the directory of a run that `recipes run` or a recipe "
+                        "file finished.")
     config = rundir.read_config(run_dir)
     machine = machine or machine_class(metrics["device"])
     if machine is None:
@@ -65,7 +71,7 @@ def row(run_dir, group=None, machine=None):
     default = _config.resolve(config["recipe"], announce=lambda line: None)
     changed = [key for key in rundir.changed_keys(default, config)
                if not key.startswith("run.") and key != "execution.mode"]
-    flat = _flat(config)
+    flat = settings.flatten(config)
     overrides = " ".join(f"{key}={_shown(flat[key])}" for key in changed)
     versions, epoch_s = metrics["versions"], metrics["timing"]["epoch_s"]
     return {
@@ -97,16 +103,6 @@ def _shown(value):
     if isinstance(value, str) and re.fullmatch(r"[\w./:~-]+", value):
         return value
     return json.dumps(value)
-
-
-def _flat(config, prefix=""):
-    found = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            found.update(_flat(value, f"{prefix}{key}."))
-        else:
-            found[f"{prefix}{key}"] = value
-    return found
 
 
 def append(rows, store=STORE):
