@@ -26,6 +26,7 @@ step time. Writes `results.json` and `table.md` into
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +90,7 @@ def benchmark(name, variants=tuple(VARIANTS), steps=DEFAULT_STEPS, repeats=1, sc
     for variant, measured in runs.items():
         row = median_run(measured)
         rows.append({"variant": variant, "what": VARIANTS[variant][0],
+                     "mode": VARIANTS[variant][1] or "pytorch",
                      # Of the median step, as PyTorch's own row is: a slow step
                      # or two (a recompile, the machine) moves neither.
                      "images_per_s": batch * 1000 / row["step_ms_median"],
@@ -101,7 +103,12 @@ def benchmark(name, variants=tuple(VARIANTS), steps=DEFAULT_STEPS, repeats=1, sc
     table = markdown_table(COLUMNS, rows, number_cell)
     (out_dir / "table.md").write_text(table + "\n")
     (out_dir / "results.json").write_text(json.dumps(
-        {"recipe": name, "batch": batch, "precision": precision, "steps": steps,
+        {"tool": "backends", "command": shlex.join(
+            ["python", "-m", "benchmarks", "backends", name, f"variants={','.join(variants)}",
+             f"steps={steps}", f"repeats={repeats}", *overrides[1:],
+             *([f"--script={Path(script).name}"] if script else []),
+             *(f"--config={path}" for path in config_files)]),
+         "recipe": name, "batch": batch, "precision": precision, "steps": steps,
          "repeats": repeats, "rows": rows, "device": _environment.device_info(),
          "versions": _environment.versions()}, indent=2) + "\n")
     print(f"\n{table}\n\nimages_per_s: the batch over the median step; first_step_s: the "

@@ -12,7 +12,12 @@ this module's to write:
   in the order given: its mean and spread over seeds, epochs, mean wall time, class;
 - `rows`: the rows of `results/FILE.csv` whose `where=COLUMN:VALUE`, the `columns=` given;
 - `recipes`: the README's recipe table, `results/references.csv` with each recipe's
-  headline group from `results/accuracy.csv` as one cell.
+  headline group from `results/accuracy.csv` as one cell;
+- `pivot`: the figures of one `group=` of `results/speed.csv` (one measurement: a
+  compare, a benchmark), a row per distinct `rows=COLUMN[,COLUMN]` and a column per
+  `mode` (`columns=mode metric=NAME`, `values=` to choose and order them) or per
+  metric (`columns=metric metrics=NAME,...`; `runs` lists the step's runs); `first=`
+  adds columns of the row itself (`params`, `batch`) after its label.
 
 `--check` writes nothing and exits 1, naming each block that differs from what the
 store gives (tests/test_results.py runs it).
@@ -36,7 +41,7 @@ def read(name, store=STORE):
     """The rows of `store/NAME.csv`, as dicts."""
     path = store / f"{name}.csv"
     if not path.is_file():
-        raise SystemExit(f"error: {path} is missing: the results store holds accuracy.csv, "
+        raise SystemExit(f"error: {path} is missing: the results store holds accuracy.csv, speed.csv, "
                          "ablation.csv and references.csv (results/README.md).")
     with path.open(newline="") as file:
         return list(csv.DictReader(file))
@@ -114,6 +119,72 @@ def rows_table(store, file, columns, where=None):
     return "\n".join(lines) + "\n"
 
 
+def significant(value):
+    """A time or a rate as a reader compares it: three figures below 100, whole
+    numbers with thousands separators above."""
+    return f"{value:#.3g}".rstrip(".") if abs(value) < 99.95 else f"{round(value):,}"
+
+
+# How each figure of results/speed.csv shows; a metric not named here shows as stored.
+FORMATS = {
+    "step_ms_median": significant, "images_per_s": significant,
+    "speedup_vs_eager": lambda value: f"{value:.1f}x",
+    "step_vs_loop_function": lambda value: f"{value:.2f}",
+    "vs_first": lambda value: f"{value:.2f}",
+    "scaling_efficiency": lambda value: f"{value:.3f}",
+    "input_wait_fraction": lambda value: f"{100 * value:.1f}%",
+    "trace_s": lambda value: f"{value:.1f} s", "first_step_s": lambda value: f"{value:.1f} s",
+    "mfu": lambda value: f"{value:.2f}", "peak_rss_mb": lambda value: f"{value:,.0f}",
+    "params": lambda value: f"{value:,.0f}",
+}
+HEADERS = {"step_ms_median": "ms/step (median)", "runs": "each run's ms/step",
+           "images_per_s": "images/s", "speedup_vs_eager": "speed-up over eager",
+           "step_vs_loop_function": "against the hand-written step",
+           "vs_first": "against the first", "scaling_efficiency": "scaling efficiency",
+           "input_wait_fraction": "input wait", "trace_s": "first step (tracing)",
+           "first_step_s": "first step", "peak_rss_mb": "peak RSS (MB)"}
+
+
+def shown(metric, value):
+    try:
+        return FORMATS[metric](float(value)) if metric in FORMATS else value
+    except ValueError:  # a figure stored as text ("–")
+        return value
+
+
+def pivot_table(store, file, group, rows, columns, metric=None, metrics=None, values=None,
+                first=None):
+    found = [row for row in read(file, store) if row["group"] == group]
+    if not found:
+        raise SystemExit(f"error: no row of {file}.csv has group '{group}': add its rows, or "
+                         "drop it from the page's marker.")
+    labels, extra = rows.split(","), first.split(",") if first else []
+    if columns == "mode":
+        found = [row for row in found if row["metric"] == metric]
+        heads = values.split(",") if values else list(dict.fromkeys(row["mode"] for row in found))
+        shown_heads = [f"`{head}`" for head in heads]
+    else:
+        heads = metrics.split(",")
+        shown_heads = [HEADERS.get(head, head) for head in heads]
+    cells = {}
+    for row in found:
+        key = tuple(row[label] for label in labels)
+        entry = cells.setdefault(key, {name: shown(name, row[name]) for name in extra})
+        if columns == "mode":
+            entry[row["mode"]] = shown(metric, row["value"])
+        else:
+            entry[row["metric"]] = shown(row["metric"], row["value"])
+            if row["runs"]:
+                entry["runs"] = ", ".join(shown(row["metric"], run)
+                                          for run in row["runs"].split(";"))
+    lines = ["| " + " | ".join([*labels, *extra, *shown_heads]) + " |",
+             "|" + "---|" * (len(labels) + len(extra) + len(heads))]
+    for key, entry in cells.items():
+        lines.append("| " + " | ".join([*key, *(entry[name] for name in extra),
+                                       *(entry.get(head, "–") for head in heads)]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def headline(found):
     """One figure a README cell shows: `94.22% validation (2 seeds), 37 min, EPYC-oneDNN`."""
     seeds = f" ({found['runs']} seeds)" if found["runs"] > 1 else ""
@@ -151,7 +222,9 @@ def render(kind, text, store=STORE):
         return rows_table(store, given["file"], given["columns"], given.get("where"))
     if kind == "recipes":
         return recipes_table(store)
-    raise SystemExit(f"error: unknown results block '{kind}': groups, rows or recipes.")
+    if kind == "pivot":
+        return pivot_table(store, **given)
+    raise SystemExit(f"error: unknown results block '{kind}': groups, rows, recipes or pivot.")
 
 
 def regenerate(text, store=STORE):

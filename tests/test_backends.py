@@ -11,6 +11,7 @@ import pytest
 
 import keras_course_recipes as kit
 from keras_course_recipes import UserError, _config, _environment
+from keras_course_recipes.tools import record
 from benchmarks import backends
 
 from conftest import ROOT
@@ -68,6 +69,10 @@ def test_each_installed_backend_takes_its_steps_beside_pytorchs_own(tmp_path, ca
     assert rows[0]["vs_first"] == 1.0
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["batch"] == 8 and results["precision"] == "float32" and results["rows"] == rows
+    assert results["command"].startswith("python -m benchmarks backends densenet_cifar10_cpu "
+                                         f"variants={','.join(expected)} steps=2 repeats=1 ")
+    stored = record.speed_rows(tmp_path / "out", "tiny", "EPYC-AVX2")
+    assert [found["variant"] for found in stored if found["metric"] == "vs_first"] == expected
     assert (tmp_path / "out" / "table.md").read_text().count("\n") == 2 + len(expected)
     if torch:
         # The torch row trained the network channels-first: its config says so.

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import shlex
 
 import keras
 import numpy as np
@@ -160,6 +161,19 @@ def test_repeats_run_a_mode_in_turns_and_keep_the_median_run(tmp_path, monkeypat
     assert len(runs) == 3 and row["step_ms_median"] == sorted(runs)[1]
     assert all((tmp_path / "modes" / name / "config.yaml").exists()
                for name in ("loop_function", "loop_function-2", "loop_function-3"))
+
+    # The folder becomes rows of the results store, with the command that measures it again.
+    assert main(["record", str(tmp_path), "--group", "tiny", "--machine", "EPYC-AVX2",
+                 "--store", str(tmp_path / "store")]) == 0
+    with (tmp_path / "store" / "speed.csv").open() as file:
+        stored = {found["metric"]: found for found in csv.DictReader(file)}
+    step = stored["step_ms_median"]
+    assert step["command"] == shlex.join(["recipes", "compare", "mnist_mlp", "modes=loop_function",
+                                          "steps=2", "repeats=3", *TINY_MLP])
+    assert [float(run) for run in step["runs"].split(";")] == pytest.approx(runs, rel=1e-5)
+    assert (step["group"], step["mode"], step["batch"], step["machine"]) == (
+        "tiny", "loop_function", "32", "EPYC-AVX2")
+    assert float(stored["step_vs_loop_function"]["value"]) == 1.0
 
 
 def tiny_compiled_model(seed=0):

@@ -38,6 +38,56 @@ def test_every_row_of_the_store_is_complete_and_names_a_machine_class():
     assert headlines <= {row["group"] for row in rows}
 
 
+def test_every_speed_row_is_complete_and_names_a_machine_class():
+    rows = results.read("speed")
+    assert len(rows) > 20
+    for row in rows:
+        assert list(row) == list(record.SPEED_COLUMNS), row
+        assert row["machine"] in CLASSES and row["command"] and row["metric"], row
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", row["date"]), row
+    blocks = [kind for page in results.PAGES for _, kind, *_ in
+              results.BLOCK.findall(page.read_text())]
+    assert blocks.count("pivot") >= 3, blocks
+
+
+SPEED = [("graph", "step_ms_median", "1443.2", "1393;1536;1443.2"),
+         ("graph", "input_wait_fraction", "0.0051", ""), ("eager", "step_ms_median", "5.3", ""),
+         ("graph", "speedup_vs_eager", "2.66", ""), ("eager", "speedup_vs_eager", "1", "")]
+
+
+def write_speed(folder):
+    folder.mkdir(exist_ok=True)
+    with (folder / "speed.csv").open("w", newline="") as file:
+        writer = csv.DictWriter(file, record.SPEED_COLUMNS)
+        writer.writeheader()
+        for mode, metric, value, runs in SPEED:
+            writer.writerow({**dict.fromkeys(record.SPEED_COLUMNS, ""), "group": "g",
+                             "recipe": "densenet_cifar100", "mode": mode, "batch": 64,
+                             "params": 824027, "metric": metric, "value": value, "runs": runs})
+    return folder
+
+
+def test_a_pivot_shows_a_column_per_mode_or_per_metric(tmp_path):
+    store = write_speed(tmp_path / "store")
+    by_mode = results.pivot_table(store, "speed", "g", "recipe", "mode",
+                                  metric="speedup_vs_eager", first="params")
+    assert by_mode.splitlines() == ["| recipe | params | `graph` | `eager` |", "|---|---|---|---|",
+                                    "| densenet_cifar100 | 824,027 | 2.7x | 1.0x |"]
+    by_metric = results.pivot_table(store, "speed", "g", "recipe,mode", "metric",
+                                    metrics="step_ms_median,runs,input_wait_fraction")
+    assert by_metric.splitlines()[2:] == [
+        "| densenet_cifar100 | graph | 1,443 | 1,393, 1,536, 1,443 | 0.5% |",
+        "| densenet_cifar100 | eager | 5.30 | – | – |"]
+    with pytest.raises(SystemExit, match="no row of speed.csv has group 'h'"):
+        results.pivot_table(store, "speed", "h", "recipe", "mode", metric="step_ms_median")
+
+
+def test_recording_a_folder_of_someone_elses_results_json_is_one_line(tmp_path):
+    (tmp_path / "results.json").write_text('{"rows": 3}')
+    with pytest.raises(record.UserError, match="is not what compare, compare-sizes, scaling"):
+        record.speed_rows(tmp_path)
+
+
 def write_store(folder, values):
     folder.mkdir(exist_ok=True)
     with (folder / "accuracy.csv").open("w", newline="") as file:

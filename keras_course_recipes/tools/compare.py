@@ -27,6 +27,7 @@ the steady-state figures.
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -83,6 +84,8 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
     Writes `results.json`, `results.csv`, `table.md` and `speedup.png` into
     `out_dir` (default `runs/compare/NAME/<timestamp>`).
     """
+    command = shown_command("compare", name, config_files, overrides, modes=",".join(modes),
+                            steps=steps, repeats=repeats)
     # Random images unless asked otherwise: speed does not depend on pixels,
     # and the comparison then runs anywhere, offline.
     overrides = ["data.source=synthetic", *overrides]
@@ -111,8 +114,9 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
     rows = [median_run(measured_runs) for measured_runs in by_mode.values()]
     context = {key: measured[key] for key in ("device", "versions", "config")}
     add_speedups(rows)
-    results = {"recipe": name, "steps": steps, "warmup_steps": WARMUP_STEPS, "repeats": repeats,
-               "params": measured["params"], "rows": rows, **context}
+    results = {"tool": "compare", "command": command, "recipe": name, "steps": steps,
+               "warmup_steps": WARMUP_STEPS, "repeats": repeats, "params": measured["params"],
+               "rows": rows, **context}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_csv(out_dir / "results.csv", COLUMNS, rows)
     table = markdown_table(COLUMNS, rows, number_cell)
@@ -122,6 +126,13 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
         print("\n" + table + f"\n\n{NOTE}\nresults: {out_dir}/results.json, table.md, "
               "speedup.png")
     return results
+
+
+def shown_command(tool, name, config_files, overrides, **options):
+    """The command line that measures this again, as results.json records it."""
+    return shlex.join(["recipes", tool, name, *(f"{key}={value}" for key, value in
+                                                options.items()),
+                       *overrides, *(f"--config={path}" for path in config_files)])
 
 
 def _measure(name, modes, steps, config_files, overrides, out_dir, quiet, repeats):
@@ -220,7 +231,9 @@ def scaling(name, steps=DEFAULT_STEPS, config_files=(), overrides=(), repeats=1,
     table = markdown_table(SCALING_COLUMNS, rows, number_cell)
     (out_dir / "table.md").write_text(table + "\n")
     (out_dir / "results.json").write_text(json.dumps(
-        {"recipe": name, "steps": steps, "repeats": repeats, "rows": rows,
+        {"tool": "scaling", "command": shown_command("scaling", name, config_files, overrides,
+                                                     steps=steps, repeats=repeats),
+         "recipe": name, "steps": steps, "repeats": repeats, "rows": rows,
          "device": results["device"], "versions": results["versions"]}, indent=2) + "\n")
     print(f"\n{table}\n\nresults: {out_dir}/results.json, table.md")
     return rows
@@ -250,11 +263,20 @@ def compare_sizes(name, size_key=None, size_values=None, modes=DEFAULT_MODES, st
                   f"speedup {number_cell(row['speedup_vs_eager'])}", flush=True)
     columns = ["size", "params", *COLUMNS]
     write_csv(out_dir / "results.csv", columns, rows)
+    size_option = f"{size_key}={json.dumps(size_values, separators=(',', ':'))}"
+    (out_dir / "results.json").write_text(json.dumps(
+        {"tool": "compare-sizes", "size_key": size_key,
+         "command": shown_command("compare-sizes", name, config_files, overrides,
+                                  size=size_option, modes=",".join(modes), steps=steps,
+                                  repeats=repeats),
+         "recipe": name, "steps": steps, "repeats": repeats, "rows": rows,
+         "device": results["device"], "versions": results["versions"]}, indent=2) + "\n")
     (out_dir / "table.md").write_text(markdown_table(columns, rows, number_cell) + "\n")
     plots.sizes(rows, f"{name}: {size_key}, on {device_label(results['device'])}",
                  out_dir / "speedup_vs_params.png")
     print("\n" + markdown_table(columns, rows, number_cell))
-    print(f"\n{NOTE}\nresults: {out_dir}/results.csv, table.md, speedup_vs_params.png")
+    print(f"\n{NOTE}\nresults: {out_dir}/results.json, results.csv, table.md, "
+          "speedup_vs_params.png")
     return rows
 
 

@@ -1,7 +1,9 @@
 """`python -m keras_course_recipes record RUN_DIR [RUN_DIR ...] [--group LABEL] [--machine CLASS]
 [--store DIR]`: a finished run's result as a row of a results store, `DIR/accuracy.csv`
 (`results/` by default), so that tables and plots are generated from rows a run
-wrote, never re-typed.
+wrote, never re-typed. A folder that `compare`, `compare-sizes`, `scaling` or
+`python -m benchmarks backends` wrote (its `results.json`) becomes rows of
+`DIR/speed.csv` instead: one per mode and figure.
 
 A row holds what the figure needs to be read and reproduced: the recipe, the
 command's overrides (the settings that differ from the recipe's own), the split
@@ -25,6 +27,13 @@ COLUMNS = ("group", "recipe", "command", "split", "images_scored", "metric", "va
            "wall_s", "images_per_s", "seed", "machine", "tensorflow", "keras", "kit", "commit",
            "date", "source")
 STORE = Path("results")
+SPEED_COLUMNS = ("group", "recipe", "variant", "mode", "batch", "params", "metric", "value", "runs",
+                 "command", "machine", "tensorflow", "keras", "kit", "commit", "date", "source")
+# The figures of a measured mode that the store keeps; the rest (p10, p90, FLOPs) stay in
+# the folder's results.json.
+SPEED_METRICS = ("step_ms_median", "images_per_s", "speedup_vs_eager", "step_vs_loop_function",
+                 "vs_first", "scaling_efficiency", "input_wait_fraction", "trace_s",
+                 "first_step_s", "mfu", "peak_rss_mb")
 
 
 def machine_class(device):
@@ -51,7 +60,8 @@ def row(run_dir, group=None, machine=None):
     metrics_file = run_dir / "metrics.json"
     if not metrics_file.is_file():
         raise UserError(f"{run_dir} holds no metrics.json: record a finished run's directory "
-                        "(runs/NAME/<timestamp>), whose metrics.json the run writes last.")
+                        "(runs/NAME/<timestamp>), whose metrics.json the run writes last, or "
+                        "the folder a compare wrote (runs/compare/NAME/<timestamp>).")
     try:
         metrics = json.loads(metrics_file.read_text())
     except ValueError:
@@ -98,6 +108,50 @@ def row(run_dir, group=None, machine=None):
     }
 
 
+def speed_rows(folder, group=None, machine=None):
+    """The store's rows for what a measuring tool wrote into `folder` (its results.json):
+    one per measured mode (or variant, size, strategy) and figure."""
+    results_file = Path(folder) / "results.json"
+    try:
+        results = json.loads(results_file.read_text())
+    except ValueError:
+        raise UserError(f"{results_file} is not valid JSON: run the measurement again.") from None
+    if not isinstance(results, dict) or not isinstance(results.get("rows"), list) or (
+            "device" not in results):
+        raise UserError(f"{results_file} is not what compare, compare-sizes, scaling or "
+                        "backends writes: record the folder one of them wrote.")
+    machine = machine or machine_class(results["device"])
+    if machine is None:
+        raise UserError(f"{folder} was measured on a CPU that no class of docs/machines.md "
+                        f"describes ({results['device'].get('cpu')}): name one with --machine "
+                        "CLASS.")
+    tool, versions = results.get("tool", "compare"), results.get("versions") or {}
+    date = datetime.date.fromtimestamp(results_file.stat().st_mtime).isoformat()
+    found = []
+    for measured in results["rows"]:
+        variant = measured.get("variant") or measured.get("strategy") or (
+            f"{results['size_key']}={measured['size']}" if "size" in measured else "")
+        common = {"group": group or f"{tool} {results['recipe']} {machine}",
+                  "recipe": results["recipe"], "variant": variant,
+                  "mode": measured.get("mode") or measured.get("mode_used") or "",
+                  "batch": measured.get("global_batch") or results.get("batch") or
+                  results.get("config", {}).get("data", {}).get("batch_size", ""),
+                  "params": measured.get("params") or results.get("params") or "",
+                  "command": results.get("command", "unrecorded"), "machine": machine,
+                  "tensorflow": versions.get("tensorflow") or "",
+                  "keras": versions.get("keras") or "",
+                  "kit": versions.get("keras-course-recipes") or "",
+                  "commit": versions.get("commit") or "", "date": date,
+                  "source": "recipes record"}
+        for metric in SPEED_METRICS:
+            if measured.get(metric) is None:
+                continue
+            runs = measured.get("step_ms_runs") if metric == "step_ms_median" else None
+            found.append({**common, "metric": metric, "value": f"{measured[metric]:.6g}",
+                          "runs": ";".join(f"{value:.6g}" for value in runs or ())})
+    return found
+
+
 def _shown(value):
     """A value as `key=value` takes it on the command line (YAML)."""
     if isinstance(value, str) and re.fullmatch(r"[\w./:~-]+", value):
@@ -105,16 +159,16 @@ def _shown(value):
     return json.dumps(value)
 
 
-def append(rows, store=STORE):
-    """Appends `rows` to `store/accuracy.csv`, written with its header if new."""
-    path = Path(store) / "accuracy.csv"
+def append(rows, store=STORE, name="accuracy", columns=COLUMNS):
+    """Appends `rows` to `store/NAME.csv`, written with its header if new."""
+    path = Path(store) / f"{name}.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists()
-    if not new and next(csv.reader(path.open()), None) != list(COLUMNS):
-        raise UserError(f"{path}'s header is not the store's columns ({','.join(COLUMNS)}): "
+    if not new and next(csv.reader(path.open()), None) != list(columns):
+        raise UserError(f"{path}'s header is not the store's columns ({','.join(columns)}): "
                         "give another --store.")
     with path.open("a", newline="") as file:
-        writer = csv.DictWriter(file, COLUMNS)
+        writer = csv.DictWriter(file, columns)
         if new:
             writer.writeheader()
         writer.writerows(rows)
@@ -122,26 +176,43 @@ def append(rows, store=STORE):
 
 
 def record(run_dirs, group, machine, store):
-    rows = [row(run_dir, group, machine) for run_dir in run_dirs]  # every one checked first
-    path = append(rows, store)
-    for found in rows:
-        print(f"recorded {found['recipe']} ({found['group']}): {found['split']} "
-              f"{found['metric']} {found['value']}, seed {found['seed']}, {found['machine']}")
-    print(f"results: {path}")
+    runs, measured = [], []  # every folder checked before anything is written
+    for run_dir in run_dirs:
+        if not (Path(run_dir) / "metrics.json").is_file() and (
+                Path(run_dir) / "results.json").is_file():
+            measured.append(speed_rows(run_dir, group, machine))
+        else:
+            runs.append(row(run_dir, group, machine))
+    if runs:
+        path = append(runs, store)
+        for found in runs:
+            print(f"recorded {found['recipe']} ({found['group']}): {found['split']} "
+                  f"{found['metric']} {found['value']}, seed {found['seed']}, "
+                  f"{found['machine']}")
+        print(f"results: {path}")
+    for rows in measured:
+        path = append(rows, store, "speed", SPEED_COLUMNS)
+        modes = dict.fromkeys(" ".join(filter(None, (found["variant"], found["mode"])))
+                              for found in rows)
+        print(f"recorded {rows[0]['recipe']} ({rows[0]['group']}): {len(rows)} figures of "
+              f"{len(modes)} modes, {rows[0]['machine']}: {path}")
 
 
 def add_arguments(parser):
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished runs' directories")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                        help="finished runs' directories, or folders a compare wrote")
     parser.add_argument("--group", default=None,
-                        help="the configuration's label, shared by its seeds (default: "
-                             "'RECIPE MACHINE')")
+                        help="the configuration's label, shared by its seeds; for a compare, "
+                             "the measurement's (default: 'RECIPE MACHINE', 'TOOL RECIPE "
+                             "MACHINE')")
     parser.add_argument("--machine", default=None,
                         help="the machine class (docs/machines.md), where the CPU does not say")
     parser.add_argument("--store", default=STORE, type=Path, help="the store's folder (results/)")
 
 
 COMMANDS = (
-    Command("record", "append finished runs' results to the results store (results/accuracy.csv)",
+    Command("record", "append finished runs' results to the results store (results/accuracy.csv; "
+                      "a compare's to results/speed.csv)",
             lambda run_dirs, group, machine, store: record(run_dirs, group, machine, store),
             arguments=add_arguments, on_recipe=False, without_tensorflow=True),
 )
