@@ -17,7 +17,8 @@ this module's to write:
   compare, a benchmark), a row per distinct `rows=COLUMN[,COLUMN]` and a column per
   `mode` (`columns=mode metric=NAME`, `values=` to choose and order them) or per
   metric (`columns=metric metrics=NAME,...`; `runs` lists the step's runs); `first=`
-  adds columns of the row itself (`params`, `batch`) after its label.
+  adds columns of the row itself (`params`, `batch`) after its label, and `labels=A;B;...`
+  names every column of the header in place of the store's names.
 
 `--check` writes nothing and exits 1, naming each block that differs from what the
 store gives (tests/test_results.py runs it).
@@ -153,12 +154,12 @@ def shown(metric, value):
 
 
 def pivot_table(store, file, group, rows, columns, metric=None, metrics=None, values=None,
-                first=None):
+                first=None, labels=None):
     found = [row for row in read(file, store) if row["group"] == group]
     if not found:
         raise SystemExit(f"error: no row of {file}.csv has group '{group}': add its rows, or "
                          "drop it from the page's marker.")
-    labels, extra = rows.split(","), first.split(",") if first else []
+    keys, extra = rows.split(","), first.split(",") if first else []
     if columns == "mode":
         found = [row for row in found if row["metric"] == metric]
         heads = values.split(",") if values else list(dict.fromkeys(row["mode"] for row in found))
@@ -168,7 +169,7 @@ def pivot_table(store, file, group, rows, columns, metric=None, metrics=None, va
         shown_heads = [HEADERS.get(head, head) for head in heads]
     cells = {}
     for row in found:
-        key = tuple(row[label] for label in labels)
+        key = tuple(row[name] for name in keys)
         entry = cells.setdefault(key, {name: shown(name, row[name]) for name in extra})
         if columns == "mode":
             entry[row["mode"]] = shown(metric, row["value"])
@@ -177,8 +178,13 @@ def pivot_table(store, file, group, rows, columns, metric=None, metrics=None, va
             if row["runs"]:
                 entry["runs"] = ", ".join(shown(row["metric"], run)
                                           for run in row["runs"].split(";"))
-    lines = ["| " + " | ".join([*labels, *extra, *shown_heads]) + " |",
-             "|" + "---|" * (len(labels) + len(extra) + len(heads))]
+    header = [*keys, *extra, *shown_heads]
+    if labels:
+        if len(labels.split(";")) != len(header):
+            raise SystemExit(f"error: labels= names {len(labels.split(';'))} columns of the "
+                             f"table of group '{group}', which has {len(header)}.")
+        header = labels.split(";")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for key, entry in cells.items():
         lines.append("| " + " | ".join([*key, *(entry[name] for name in extra),
                                        *(entry.get(head, "–") for head in heads)]) + " |")

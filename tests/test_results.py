@@ -78,6 +78,9 @@ def test_a_pivot_shows_a_column_per_mode_or_per_metric(tmp_path):
     assert by_metric.splitlines()[2:] == [
         "| densenet_cifar100 | graph | 1,443 | 1,393, 1,536, 1,443 | 0.5% |",
         "| densenet_cifar100 | eager | 5.30 | – | – |"]
+    named = results.pivot_table(store, "speed", "g", "recipe", "mode", metric="step_ms_median",
+                                labels="recipe (batch 64);graph, ms;eager, ms")
+    assert named.splitlines()[0] == "| recipe (batch 64) | graph, ms | eager, ms |"
     with pytest.raises(SystemExit, match="no row of speed.csv has group 'h'"):
         results.pivot_table(store, "speed", "h", "recipe", "mode", metric="step_ms_median")
 
