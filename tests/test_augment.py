@@ -21,6 +21,7 @@ from keras_course_recipes import data as rdata
 from keras_course_recipes import augment as raugment
 from keras_course_recipes.data import ArrayBatches
 from keras_course_recipes.tools import augment_bench as _augment_bench
+from keras_course_recipes.tools import record
 from keras_course_recipes.tools import preview as _preview
 
 ENGINES = list(raugment.ENGINES)
@@ -369,6 +370,12 @@ def test_augment_benchmark_writes_both_tables(tmp_path, monkeypatch):
         with (tmp_path / name).open() as file:
             assert len(list(csv.DictReader(file))) == len(training if "training" in name else operations)
     assert (tmp_path / "table.md").read_text().count("| pipeline |") == len(ENGINES)
+    stored = record.speed_rows(tmp_path, "tiny", "EPYC-AVX2")
+    assert {(found["variant"], found["mode"]) for found in stored
+            if found["metric"] == "images_per_s"} >= {("pipeline", "keras_cv host"),
+                                                      ("flip", "keras device"),
+                                                      ("training", "device")}
+    assert stored[0]["command"].startswith("recipes augment-benchmark cifar10_cnn steps=2 ")
 
 
 def test_augment_benchmark_times_the_operations_asked_for_and_refuses_others(tmp_path,

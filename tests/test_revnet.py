@@ -15,6 +15,7 @@ from keras_course_recipes.models.revnet import (VARIANTS, EntryUnit, ReversibleS
                            variant_spec)
 from keras_course_recipes import UserError, harness
 from keras_course_recipes.tools import memory as _memory
+from keras_course_recipes.tools import record
 
 # The paper's parameter counts (millions, CIFAR-10), and the depths in the names.
 PAPER_PARAMS_M = {"revnet38": 0.46, "revnet110": 1.73}
@@ -241,3 +242,8 @@ def test_the_memory_tool_writes_its_table_and_plot(tmp_path):
         assert len(list(csv.DictReader(file))) == 2
     assert json.loads((tmp_path / "results.json").read_text())["memory_of"] == "CPU:0"
     assert (tmp_path / "memory_vs_depth.png").read_bytes()[:4] == b"\x89PNG"
+    stored = record.speed_rows(tmp_path, "tiny", "EPYC-AVX2")
+    assert {(found["variant"], found["mode"], found["metric"]) for found in stored} >= {
+        ("revnet38", "reversible", "memory_vs_standard"), ("revnet38", "standard", "peak_step_mb")}
+    assert stored[0]["command"].startswith("recipes memory revnet_cifar10 "
+                                           "backprop=standard,reversible steps=1 ")

@@ -11,6 +11,7 @@ Two measurements, on random images of the recipe's shape and batch size:
 Keras has no augmentation benchmark, hence this module.
 """
 
+import json
 import time
 from pathlib import Path
 
@@ -32,7 +33,8 @@ def benchmark(name, steps=compare.DEFAULT_STEPS, config_files=(), overrides=(), 
 
     `operations` (comma-separated text, default every one) are the
     operations timed alone; the whole pipeline is always timed. Writes
-    `operations.csv`, `training.csv` and `table.md` into `out_dir`
+    `operations.csv`, `training.csv`, `table.md` and `results.json` (what
+    `recipes record` reads) into `out_dir`
     (default `runs/augment-benchmark/NAME/<timestamp>`).
     """
     from keras_course_recipes import augment, data  # imports Keras
@@ -86,7 +88,20 @@ def benchmark(name, steps=compare.DEFAULT_STEPS, config_files=(), overrides=(), 
               + f"on {device_label(result['device'])}):\n\n"
               + markdown_table(TRAINING_COLUMNS, training, number_cell))
     (out_dir / "table.md").write_text(tables + "\n")
-    print("\n" + tables + f"\n\nresults: {out_dir}/table.md, operations.csv, training.csv")
+    # One row per operation (or the training step) and placement, as the store keeps them.
+    measured = [{"variant": row["operation"], "mode": f"{row['engine']} {where}",
+                 "images_per_s": row[f"{where}_images_per_s"]}
+                for row in rows for where in ("host", "device")]
+    measured += [{"variant": "training", "mode": row["augment_on"],
+                  **{key: row[key] for key in TRAINING_COLUMNS[1:]}} for row in training]
+    (out_dir / "results.json").write_text(json.dumps(
+        {"tool": "augment-benchmark", "command": compare.shown_command(
+            "augment-benchmark", name, config_files, overrides, steps=steps, batches=batches,
+            **({"operations": operations} if operations else {})),
+         "recipe": name, "batch": batch_size, "rows": measured, "device": result["device"],
+         "versions": result["versions"]}, indent=2) + "\n")
+    print("\n" + tables + f"\n\nresults: {out_dir}/table.md, operations.csv, training.csv, "
+          "results.json")
     return rows, training
 
 

@@ -31,6 +31,7 @@ import keras_course_recipes as kit
 from keras_course_recipes import RUNS_DIR, UserError, _config, rundir
 from keras_course_recipes._environment import device_label
 from keras_course_recipes.tools import Command, Option, count, parse_choices, plots
+from keras_course_recipes.tools.compare import shown_command
 from keras_course_recipes.tools.tables import markdown_table, number_cell, write_csv
 
 BACKPROPS = ["standard", "reversible", "remat"]
@@ -87,7 +88,10 @@ def measure_all(name, backprops=BACKPROPS, steps=DEFAULT_STEPS, config_files=(),
         row["memory_vs_standard"] = (row["peak_step_mb"] / standard["peak_step_mb"]
                                      if standard else None)
         row["time_vs_standard"] = row["step_ms"] / standard["step_ms"] if standard else None
-    results = {"recipe": name, "steps": steps, "warmup_steps": WARMUP_STEPS,
+    results = {"tool": "memory", "command": shown_command(
+                   "memory", name, config_files, overrides[1:], backprop=",".join(backprops),
+                   steps=steps),
+               "recipe": name, "steps": steps, "warmup_steps": WARMUP_STEPS,
                "memory_of": measured["memory_of"], "rows": rows, "device": measured["device"],
                "versions": measured["versions"], "config": measured["config"]}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")

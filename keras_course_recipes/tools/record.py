@@ -1,9 +1,9 @@
 """`python -m keras_course_recipes record RUN_DIR [RUN_DIR ...] [--group LABEL] [--machine CLASS]
 [--store DIR]`: a finished run's result as a row of a results store, `DIR/accuracy.csv`
 (`results/` by default), so that tables and plots are generated from rows a run
-wrote, never re-typed. A folder that `compare`, `compare-sizes`, `scaling` or
-`python -m benchmarks backends` wrote (its `results.json`) becomes rows of
-`DIR/speed.csv` instead: one per mode and figure.
+wrote, never re-typed. A folder that `compare`, `compare-sizes`, `scaling`,
+`memory`, `augment-benchmark` or `python -m benchmarks backends` wrote (its
+`results.json`) becomes rows of `DIR/speed.csv` instead: one per mode and figure.
 
 A row holds what the figure needs to be read and reproduced: the recipe, the
 command's overrides (the settings that differ from the recipe's own), the split
@@ -31,9 +31,11 @@ SPEED_COLUMNS = ("group", "recipe", "variant", "mode", "batch", "params", "metri
                  "command", "machine", "tensorflow", "keras", "kit", "commit", "date", "source")
 # The figures of a measured mode that the store keeps; the rest (p10, p90, FLOPs) stay in
 # the folder's results.json.
-SPEED_METRICS = ("step_ms_median", "images_per_s", "speedup_vs_eager", "step_vs_loop_function",
-                 "vs_first", "scaling_efficiency", "input_wait_fraction", "trace_s",
-                 "first_step_s", "mfu", "peak_rss_mb")
+SPEED_METRICS = ("step_ms_median", "step_ms", "images_per_s", "speedup_vs_eager",
+                 "speedup_vs_host", "step_vs_loop_function", "vs_first", "scaling_efficiency",
+                 "input_wait_fraction", "trace_s", "first_step_s", "mfu", "peak_step_mb",
+                 "peak_rss_mb", "memory_vs_standard", "time_vs_standard")
+TOOLS = "compare, compare-sizes, scaling, memory, augment-benchmark or backends"
 
 
 def machine_class(device):
@@ -118,8 +120,8 @@ def speed_rows(folder, group=None, machine=None):
         raise UserError(f"{results_file} is not valid JSON: run the measurement again.") from None
     if not isinstance(results, dict) or not isinstance(results.get("rows"), list) or (
             "device" not in results):
-        raise UserError(f"{results_file} is not what compare, compare-sizes, scaling or "
-                        "backends writes: record the folder one of them wrote.")
+        raise UserError(f"{results_file} is not what {TOOLS} writes: record the folder one "
+                        "of them wrote.")
     machine = machine or machine_class(results["device"])
     if machine is None:
         raise UserError(f"{folder} was measured on a CPU that no class of docs/machines.md "
@@ -133,9 +135,10 @@ def speed_rows(folder, group=None, machine=None):
             f"{results['size_key']}={measured['size']}" if "size" in measured else "")
         common = {"group": group or f"{tool} {results['recipe']} {machine}",
                   "recipe": results["recipe"], "variant": variant,
-                  "mode": measured.get("mode") or measured.get("mode_used") or "",
+                  "mode": measured.get("mode") or measured.get("backprop") or
+                  measured.get("mode_used") or "",
                   "batch": measured.get("global_batch") or results.get("batch") or
-                  results.get("config", {}).get("data", {}).get("batch_size", ""),
+                  (results.get("config") or {}).get("data", {}).get("batch_size", ""),
                   "params": measured.get("params") or results.get("params") or "",
                   "command": results.get("command", "unrecorded"), "machine": machine,
                   "tensorflow": versions.get("tensorflow") or "",
