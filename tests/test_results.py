@@ -177,3 +177,23 @@ def test_recording_a_metrics_json_the_kit_did_not_write_is_one_line(text, tmp_pa
     (tmp_path / "metrics.json").write_text(text)
     with pytest.raises(record.UserError, match="is not a metrics.json of this kit's"):
         record.row(tmp_path)
+
+
+@pytest.mark.parametrize("results_json, variants", [
+    ({"tool": "compare-sizes", "size_key": "model.depth",
+      "rows": [{"size": "10", "mode": "graph", "params": 24017, "step_ms_median": 2.0}]},
+     ["model.depth=10"]),
+    ({"tool": "scaling", "rows": [{"strategy": "mirrored", "mode": "graph", "global_batch": 64,
+                                   "images_per_s": 266.0, "scaling_efficiency": 0.269}]},
+     ["mirrored", "mirrored"]),
+])
+def test_each_tools_rows_name_what_tells_them_apart(results_json, variants, tmp_path):
+    import json
+
+    device = {"cpu": "AMD EPYC", "cpu_features": ["avx2"], "gpus": []}
+    (tmp_path / "results.json").write_text(json.dumps(
+        {**results_json, "recipe": "r", "command": "recipes x r", "device": device}))
+    stored = record.speed_rows(tmp_path)
+    assert [found["variant"] for found in stored] == variants
+    assert {found["machine"] for found in stored} == {"EPYC-AVX2"}
+    assert stored[0]["group"] == f"{results_json['tool']} r EPYC-AVX2"
