@@ -15,10 +15,12 @@ Then it trains its model, an LSTM reading MNIST images row by row whose
 `LSTMCell` is stepped in a Python loop (`models/rnn.py`): eagerly, each of
 the 28 steps dispatches its ops from Python; as a graph, the loop is
 unrolled once. `make compare NAME=graph_lessons` times the difference: the
-lecture reports about 10x; measured 9.3x through `fit` and 10.6x for the
-hand-written step, on a 2-core EPYC-AVX2 CPU (2026-11-23). The lessons on
-whole-epoch functions, resuming in another mode and `model.export` are
-commands; docs/tf-function.md has them and the timings.
+lecture reports about 10x, and the graph measured here is about that much
+faster, through `fit` and as a hand-written step, on a 2-core CPU: the table
+in docs/tf-function.md, generated from results/speed.csv (group
+`benchmark-lessons lstm EPYC-AVX2`: its command, machine and date). The
+lessons on whole-epoch functions, resuming in another mode and `model.export`
+are commands; docs/tf-function.md has them and the timings.
 
     make recipe NAME=graph_lessons
     make compare NAME=graph_lessons ARGS="modes=eager,graph,loop_eager,loop_function,loop_epoch"
