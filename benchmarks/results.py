@@ -121,9 +121,12 @@ def rows_table(store, file, columns, where=None):
 
 
 def significant(value):
-    """A time or a rate as a reader compares it: three figures below 100, whole
-    numbers with thousands separators above."""
-    return f"{value:#.3g}".rstrip(".") if abs(value) < 99.95 else f"{round(value):,}"
+    """A time or a rate as a reader compares it: three figures below 100 (a whole
+    number as stored: an "about 20 ms" stays 20), whole numbers with thousands
+    separators above."""
+    if abs(value) >= 99.95 or value.is_integer():
+        return f"{round(value):,}"
+    return f"{value:#.3g}".rstrip(".")
 
 
 # How each figure of results/speed.csv shows; a metric not named here shows as stored.

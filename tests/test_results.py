@@ -38,6 +38,15 @@ def test_every_row_of_the_store_is_complete_and_names_a_machine_class():
     assert headlines <= {row["group"] for row in rows}
 
 
+def test_the_store_is_plain_lf_text_as_recipes_record_appends_it(tmp_path):
+    for path in results.STORE.glob("*.csv"):
+        assert b"\r" not in path.read_bytes(), f"{path.name} has CRLF line ends"
+    record.append([dict.fromkeys(record.SPEED_COLUMNS, "x")], tmp_path, "speed",
+                  record.SPEED_COLUMNS)
+    assert (tmp_path / "speed.csv").read_bytes().count(b"\n") == 2
+    assert b"\r" not in (tmp_path / "speed.csv").read_bytes()
+
+
 def test_every_speed_row_is_complete_and_names_a_machine_class():
     rows = results.read("speed")
     assert len(rows) > 20

@@ -171,7 +171,7 @@ def append(rows, store=STORE, name="accuracy", columns=COLUMNS):
         raise UserError(f"{path}'s header is not the store's columns ({','.join(columns)}): "
                         "give another --store.")
     with path.open("a", newline="") as file:
-        writer = csv.DictWriter(file, columns)
+        writer = csv.DictWriter(file, columns, lineterminator="\n")  # the store's files are LF, as git keeps text
         if new:
             writer.writeheader()
         writer.writerows(rows)
