@@ -1,4 +1,4 @@
-"""Small CNN on CIFAR-10: two stages of two 3x3 convolutions, then a dense head; ~73% at 25 epochs.
+"""Small CNN on CIFAR-10: two stages of two 3x3 convolutions, then a dense head (the Keras example's).
 
 The classic convolutional course model, rebuilt from the Keras example
 `examples/cifar10_cnn.py` (keras-team/keras, Keras 2): RMSprop at 1e-4 with

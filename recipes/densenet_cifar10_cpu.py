@@ -1,4 +1,4 @@
-"""A DenseNet trained the way the fastest CIFAR-10 runs train: expect ~94.2% in 20 epochs on a 2-core CPU.
+"""A DenseNet trained the way the fastest CIFAR-10 runs train: airbench94's 94% mark in 20 epochs on a 2-core CPU.
 
 cifar10-airbench (KellerJordan/cifar10-airbench, arXiv 2404.00498) reaches
 94% on CIFAR-10 in under 4 seconds of an A100, with 0.36 PFLOP of training:
@@ -20,7 +20,7 @@ the concatenation of all earlier ones):
 - optionally (`train.optimizer=muon`), airbench94_muon's Muon for the
   convolutions (`ConvMuon`, below): a point more at 4 epochs, nothing more
   at 10, on EPYC-Zen5; on airbench94_muon's schedule (`train.schedule=linear`)
-  8 epochs read what SGD's 10 do, 93.6%.
+  8 epochs read what SGD's 10 do (docs/cpu-hour.md's tables).
 
 Measured here on 5,000 held-out lossless CIFAR-10 training images after 20
 epochs with six test-time views, two seeds: airbench94's 94% mark in twice its

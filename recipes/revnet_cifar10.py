@@ -14,9 +14,9 @@ and no GPU that runs TensorFlow has been available.
 each stage's activations from its output in the backward pass;
 `standard` keeps them, as ordinary backpropagation does; `remat` recomputes
 each unit with `keras.remat`. `make memory NAME=revnet_cifar10` measures what
-each costs: on RevNet-164 the reversible step needs 25% of the standard
-step's memory for 1.08x its time, on a 2-core EPYC-AVX2 CPU (2026-11-23;
-docs/revnet.md).
+each costs: the table in docs/revnet.md, generated from results/speed.csv
+(group `memory revnet_cifar10 EPYC-AVX2`), shows how little memory the
+reversible step keeps as the network deepens, and the time it pays for it.
 
     make recipe NAME=revnet_cifar10
     make recipe NAME=revnet_cifar100 ARGS="model.variant=revnet110"

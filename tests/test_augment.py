@@ -384,7 +384,7 @@ def test_augment_benchmark_times_the_operations_asked_for_and_refuses_others(tmp
     # Training is timed as test_augment_benchmark_writes_both_tables checks.
     monkeypatch.setattr(_augment_bench.compare, "compare", lambda *args, **kwargs: {
         "rows": [{"images_per_s": 1.0, "step_ms_median": 1.0, "input_wait_fraction": 0.0}],
-        "device": {"gpus": ["a stand-in"]}})
+        "device": {"gpus": ["a stand-in"]}, "versions": {}})
     operations, _ = _augment_bench.benchmark(
         "cifar10_cnn", batches=1, operations="flip, mixup", out_dir=tmp_path,
         overrides=["data.augment=[flip]", "data.synthetic_examples=64"])
