@@ -140,7 +140,8 @@ FORMATS = {
     "input_wait_fraction": lambda value: f"{100 * value:.1f}%",
     "trace_s": lambda value: f"{value:.1f} s", "first_step_s": lambda value: f"{value:.1f} s",
     "mfu": lambda value: f"{value:.2f}", "peak_rss_mb": lambda value: f"{value:,.0f}",
-    "params": lambda value: f"{value:,.0f}",
+    "params": lambda value: f"{value:,.0f}", "import_lines": lambda value: f"{value:,.0f}",
+    "run_lines": lambda value: f"{value:,.0f}",
 }
 HEADERS = {"step_ms_median": "ms/step (median)", "runs": "each run's ms/step",
            "images_per_s": "images/s", "speedup_vs_eager": "speed-up over eager",
