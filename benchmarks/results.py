@@ -132,6 +132,7 @@ def significant(value):
 # How each figure of results/speed.csv shows; a metric not named here shows as stored.
 FORMATS = {
     "step_ms_median": significant, "step_ms": significant, "images_per_s": significant,
+    "step_ms_median_first_time": significant,
     "peak_step_mb": lambda value: f"{value:,.1f}",
     "speedup_vs_eager": lambda value: f"{value:.1f}x",
     "step_vs_loop_function": lambda value: f"{value:.2f}",
