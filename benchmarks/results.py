@@ -42,8 +42,9 @@ def read(name, store=STORE):
     """The rows of `store/NAME.csv`, as dicts."""
     path = store / f"{name}.csv"
     if not path.is_file():
-        raise SystemExit(f"error: {path} is missing: the results store holds accuracy.csv, speed.csv, "
-                         "ablation.csv and references.csv (results/README.md).")
+        raise SystemExit(f"error: {path} is missing: the results store holds accuracy.csv, "
+                         "speed.csv, checks.csv, ablation.csv and references.csv "
+                         "(results/README.md).")
     with path.open(newline="") as file:
         return list(csv.DictReader(file))
 
@@ -143,6 +144,10 @@ FORMATS = {
     "mfu": lambda value: f"{value:.2f}", "peak_rss_mb": lambda value: f"{value:,.0f}",
     "params": lambda value: f"{value:,.0f}", "import_lines": lambda value: f"{value:,.0f}",
     "run_lines": lambda value: f"{value:,.0f}",
+    # A suite's time against its budget: to the second.
+    "test_fast_s": lambda value: f"{int(value) // 60} min {int(value) % 60} s",
+    "test_slow_s": lambda value: f"{int(value) // 60} min {int(value) % 60} s",
+    "ci_run_s": lambda value: f"{int(value) // 60} min {int(value) % 60} s",
 }
 HEADERS = {"step_ms_median": "ms/step (median)", "runs": "each run's ms/step",
            "images_per_s": "images/s", "speedup_vs_eager": "speed-up over eager",
@@ -234,7 +239,7 @@ def render(kind, text, store=STORE):
         return rows_table(store, given["file"], given["columns"], given.get("where"))
     if kind == "recipes":
         return recipes_table(store)
-    if kind == "pivot":
+    if kind == "pivot":  # results/speed.csv's columns: speed.csv, or checks.csv (the suite's)
         return pivot_table(store, **given)
     raise SystemExit(f"error: unknown results block '{kind}': groups, rows, recipes or pivot.")
 

@@ -47,8 +47,9 @@ def test_the_store_is_plain_lf_text_as_recipes_record_appends_it(tmp_path):
     assert b"\r" not in (tmp_path / "speed.csv").read_bytes()
 
 
-def test_every_speed_row_is_complete_and_names_a_machine_class():
-    rows = results.read("speed")
+@pytest.mark.parametrize("name", ["speed", "checks"])
+def test_every_measurement_row_is_complete_and_names_a_machine_class(name):
+    rows = results.read(name)
     assert len(rows) > 20
     for row in rows:
         assert list(row) == list(record.SPEED_COLUMNS), row
