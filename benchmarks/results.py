@@ -144,6 +144,7 @@ FORMATS = {
     "mfu": lambda value: f"{value:.2f}", "peak_rss_mb": lambda value: f"{value:,.0f}",
     "params": lambda value: f"{value:,.0f}", "import_lines": lambda value: f"{value:,.0f}",
     "run_lines": lambda value: f"{value:,.0f}",
+    "test_s": lambda value: f"{value:.1f}",
     # A suite's time against its budget: to the second.
     "test_fast_s": lambda value: f"{int(value) // 60} min {int(value) % 60} s",
     "test_slow_s": lambda value: f"{int(value) // 60} min {int(value) % 60} s",
