@@ -146,9 +146,8 @@ FORMATS = {
     "run_lines": lambda value: f"{value:,.0f}",
     "test_s": lambda value: f"{value:.1f}",
     # A suite's time against its budget: to the second.
-    "test_fast_s": lambda value: f"{int(value) // 60} min {int(value) % 60} s",
-    "test_slow_s": lambda value: f"{int(value) // 60} min {int(value) % 60} s",
-    "ci_run_s": lambda value: f"{int(value) // 60} min {int(value) % 60} s",
+    **dict.fromkeys(("test_fast_s", "test_slow_s", "ci_run_s"),
+                    lambda value: f"{int(value) // 60} min {int(value) % 60} s"),
 }
 HEADERS = {"step_ms_median": "ms/step (median)", "runs": "each run's ms/step",
            "images_per_s": "images/s", "speedup_vs_eager": "speed-up over eager",

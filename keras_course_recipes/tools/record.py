@@ -118,10 +118,9 @@ def speed_rows(folder, group=None, machine=None):
         results = json.loads(results_file.read_text())
     except ValueError:
         raise UserError(f"{results_file} is not valid JSON: run the measurement again.") from None
-    if not isinstance(results, dict) or not isinstance(results.get("rows"), list) or (
-            "device" not in results):
-        raise UserError(f"{results_file} is not what {TOOLS} writes: record the folder one "
-                        "of them wrote.")
+    if not _measurements(results):
+        raise UserError(f"{results_file} is not what {TOOLS} writes, or was edited: record "
+                        "the folder one of them wrote, or measure again.")
     machine = machine or machine_class(results["device"])
     if machine is None:
         raise UserError(f"{folder} was measured on a CPU that no class of docs/machines.md "
@@ -153,6 +152,19 @@ def speed_rows(folder, group=None, machine=None):
             found.append({**common, "metric": metric, "value": f"{measured[metric]:.6g}",
                           "runs": ";".join(f"{value:.6g}" for value in runs or ())})
     return found
+
+
+def _measurements(results):
+    """Whether a results.json holds what `speed_rows` reads: rows of numbers, a device."""
+    def number(value):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    return (isinstance(results, dict) and isinstance(results.get("device"), dict)
+            and isinstance(results.get("recipe"), str) and isinstance(results.get("rows"), list)
+            and all(isinstance(row, dict) and all(
+                number(row[metric]) for metric in SPEED_METRICS if row.get(metric) is not None)
+                and all(number(run) for run in row.get("step_ms_runs") or ())
+                for row in results["rows"]))
 
 
 def _shown(value):
