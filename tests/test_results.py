@@ -98,7 +98,8 @@ def test_a_pivot_shows_a_column_per_mode_or_per_metric(tmp_path):
 @pytest.mark.parametrize("text", [
     '{"rows": 3}', '{"rows": [5], "device": {}, "recipe": "r"}',
     '{"rows": [{"step_ms_median": "abc"}], "device": {}, "recipe": "r"}',
-    '{"rows": [{"step_ms_median": 2, "step_ms_runs": [null]}], "device": {}, "recipe": "r"}'])
+    '{"rows": [{"step_ms_median": 2, "step_ms_runs": [null]}], "device": {}, "recipe": "r"}',
+    '{"rows": [{"size": "10", "step_ms_median": 2}], "device": {}, "recipe": "r"}'])
 def test_recording_a_folder_of_someone_elses_results_json_is_one_line(text, tmp_path):
     (tmp_path / "results.json").write_text(text)
     with pytest.raises(record.UserError, match="is not what compare, compare-sizes, scaling"):

@@ -164,6 +164,7 @@ def _measurements(results):
             and all(isinstance(row, dict) and all(
                 number(row[metric]) for metric in SPEED_METRICS if row.get(metric) is not None)
                 and all(number(run) for run in row.get("step_ms_runs") or ())
+                and ("size" not in row or "size_key" in results)
                 for row in results["rows"]))
 
 
