@@ -46,7 +46,7 @@ help:
 	@echo "make battery [ARGS=\"--only 1,5 --out FILE.md\"]     bad inputs and faults a user could hit: a table"
 	@echo "make show NAME=<recipe> [ARGS=...]                 print its resolved config"
 	@echo "make list                                          every recipe"
-	@echo "make test                                          the offline test suite: test-fast, then test-slow"
+	@echo "make test                                          the offline test suite: test-fast, then test-slow (installs PyTorch's CPU build first)"
 	@echo "make test-fast                                     its config, model and unit tests: no training"
 	@echo "make test-slow                                     the tests that train or start processes"
 	@echo "make test-benchmarks                               the record tools' runs (benchmarks/), on tiny inputs"
@@ -216,18 +216,25 @@ PYTEST = $(PY) -m pytest -q -n 2 --dist worksteal --durations=20
 # The whole suite, the fast set first: a red fast set stops it in minutes.
 test: test-fast test-slow
 
+# What the suite needs beside the stack: PyTorch's CPU build, for the tests of Keras'
+# torch backend and of the anchor (optional for users, so not part of make setup).
+TEST_EXTRAS := $(VENV)/.installed-test
+$(TEST_EXTRAS): $(INSTALLED) requirements-torch.txt
+	$(PY) -m pip install --quiet -r requirements-torch.txt -c constraints.txt
+	touch $@
+
 # The tests that train nothing and start no process (not marked slow);
 # tests/conftest.py fails one that calls fit, a PyTorch backward or a process.
-test-fast: $(INSTALLED)
+test-fast: $(TEST_EXTRAS)
 	$(PYTEST) -m "not slow" tests
 
 # The tests that train or start processes (marked slow), but the record tools' runs.
-test-slow: $(INSTALLED)
+test-slow: $(TEST_EXTRAS)
 	$(PYTEST) -m "slow and not benchmark" tests
 
 # The record tools' runs (benchmarks/: the airbench ablation's PyTorch step, the
 # backends table): measurements, checked on tiny inputs; not part of make test.
-test-benchmarks: $(INSTALLED)
+test-benchmarks: $(TEST_EXTRAS)
 	$(PYTEST) -m benchmark tests
 
 tensorboard: $(INSTALLED)

@@ -95,12 +95,19 @@ def test_an_absent_backend_is_left_out_in_one_line(monkeypatch, capsys):
         backends._available("densenet_cifar10_cpu", ["torch_eager"], None, (), [])
 
 
+def test_pytorchs_own_step_without_torch_says_what_to_install(monkeypatch, capsys):
+    monkeypatch.setattr(_environment, "installed", lambda name: name != "torch")
+    assert backends._available("densenet_cifar10_cpu", ["tf_graph", "pytorch_airbench"], None,
+                               (), []) == ["tf_graph"]
+    assert "needs torch, which is not installed" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not _environment.installed("torch"),
+                    reason="PyTorch is not installed (make test installs requirements-torch.txt)")
 def test_pytorchs_own_step_needs_the_script_and_the_muon_one(tmp_path, capsys):
     assert backends._available("densenet_cifar10_cpu", ["tf_graph", "pytorch_airbench"], None,
                                (), []) == ["tf_graph"]
     assert "give --script airbench94_muon.py" in capsys.readouterr().out
-    if not _environment.installed("torch"):
-        return
     other = tmp_path / "airbench94.py"
     other.write_text("class LookaheadState:\n    pass\n")
     with pytest.raises(UserError, match="is not airbench94_muon.py"):

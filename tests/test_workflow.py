@@ -31,3 +31,20 @@ def test_the_schema_check_fails_a_misspelt_key(tmp_path):
     broken = tmp_path / "broken.yml"
     broken.write_text(WORKFLOWS[0].read_text().replace("runs-on:", "runs_on:", 1))
     assert lint(broken) != 0
+
+
+def ci_commands():
+    """The commands .ci/run runs, less its shell set-up (comments, `set`, `cd`, the
+    version line)."""
+    lines = (line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines())
+    return [line for line in lines if line and not line.startswith(("#", "set ", "cd "))
+            and line != "python3 --version"]
+
+
+def test_ci_runs_the_readmes_set_up_and_test_commands_and_nothing_else():
+    """CI is the README's own commands, so a missing install step fails CI: `make setup`
+    (which the README's `make recipe` runs first; CI cannot train on real data) and
+    `make test`, each shown in the README."""
+    readme = (ROOT / "README.md").read_text()
+    assert ci_commands() == ["make setup", "make test"]
+    assert "make setup" in readme and "\nmake test " in readme
