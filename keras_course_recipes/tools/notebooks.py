@@ -114,7 +114,20 @@ def text(module):
 def write(out_dir=NOTEBOOKS_DIR):
     """Writes every recipe module's notebook into `out_dir`, keeping an edited
     one as `<name>.ipynb.bak`; refused, writing nothing, where that is taken."""
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).expanduser()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir} is a file: give a folder to write the notebooks into with "
+                        "--dir DIR.")
+    try:
+        _write(out_dir)
+    except OSError as error:
+        raise UserError(f"Cannot write the notebooks into {out_dir}: {error.strerror} "
+                        f"({error.filename or out_dir}). Give a folder you can write to with "
+                        "--dir DIR.") from None
+
+
+def _write(out_dir):
+    """`write`'s work, into the folder `out_dir` (made if missing)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {module: out_dir / f"{module}.ipynb" for module in kit.MODULES}
     edited = [path for path in paths.values() if path.exists() and not _as_written(path)]
