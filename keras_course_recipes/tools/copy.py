@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import keras_course_recipes as kit
+from keras_course_recipes import errors
 from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import Command
 
@@ -77,9 +78,11 @@ def copy(name, folder):
     [(path in folder, lines)]. Refuses a file that is there already."""
     if name not in kit.MODULES:
         kit.check_name(name)
-        raise UserError(f"{name} is a YAML recipe of {kit.module_of(name)}: copy "
-                        f"{kit.module_of(name)}, and set its CONFIG as configs/{name}.yaml "
-                        "says.")
+        module = kit.module_of(name)
+        where = f" (configs/{name}.yaml)" if errors.checkout() else ""
+        raise UserError(f"{name} is a YAML recipe of {module}: copy {module}, and set in its "
+                        f"CONFIG (or give as key=value) what {name} changes{where}: "
+                        f"{' '.join(_settings(name))}.")
     folder = Path(folder).expanduser()
     recipe = kit.RECIPES_DIR / f"{name}.py"
     sources = {f"{name}.py": recipe, **kit_files(recipe)}
@@ -100,6 +103,25 @@ def copy(name, folder):
         raise UserError(f"Cannot copy into {folder}: {error.strerror} "
                         f"({error.filename or folder}). Give a folder you can write to.") from None
     return copied
+
+
+def _settings(name):
+    """What the YAML recipe `name` sets over its module's CONFIG, as `key=value` items
+    quoted for a shell."""
+    import shlex
+
+    import yaml
+
+    def items(values, prefix=""):
+        for key, value in values.items():
+            if isinstance(value, dict):
+                yield from items(value, f"{prefix}{key}.")
+            elif f"{prefix}{key}" != "recipe":
+                shown = yaml.safe_dump(value, default_flow_style=True, width=1000).strip()
+                shown = shown.removesuffix("\n...").strip()  # a scalar's document end
+                yield shlex.quote(f"{prefix}{key}={shown}")
+
+    return list(items(yaml.safe_load((kit.CONFIGS_DIR / f"{name}.yaml").read_text()) or {}))
 
 
 def main(name, folder):
