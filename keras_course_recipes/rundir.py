@@ -1,4 +1,5 @@
-"""A run directory on disk: created exclusively, locked against a second
+"""A run directory on disk: created exclusively and marked as a run's (a
+folder of the user's own files is refused), locked against a second
 process, and read back to resume: the finished epochs its backup holds,
 config.yaml (with its digest) against the settings now, and history.csv's
 rows, repaired where a kill tore one; and `Run`, one process's run in it,
@@ -35,6 +36,16 @@ RESUMABLE_KEYS = {"run", "train.epochs", "execution.mode", "execution.steps_per_
 # after each epoch, in this order: the previous state copied to *.bkp, then these.
 BACKUP_WEIGHTS, BACKUP_METADATA = "latest.weights.h5", "training_metadata.json"
 DIGEST_PREFIX = "# sha256 of the lines above, written by the harness: "  # config.yaml's last line
+# Written as a run takes a folder it made (or found empty): what tells a run directory from a
+# folder of the user's, which a run would fill with its files and whose metrics.json or
+# checkpoints/best.keras it would replace. Run directories made before it existed are told by
+# their layout (`claim`).
+MARK = ".keras-course-run"
+MARK_TEXT = ("A run directory of keras-course-recipes: the same command with run.dir set to this "
+             "folder resumes or extends its run.\n")
+# What a folder may hold and still count as empty: a lock a refused run left, and the folders of
+# a multi-worker run's other workers, which may start before its chief.
+NOT_CONTENT = {".lock", "workers"}
 
 
 def choose(config):
@@ -66,6 +77,82 @@ def new_directory(parent):
             raise UserError(f"Cannot create the run directory {candidate}: {error.strerror}. "
                             "Give a folder you can write to with run.dir=PATH.") from None
     raise UserError(f"{parent} has no free name for a new run at {path.name}; give run.dir=PATH.")
+
+
+def claim(run_dir):
+    """The names `run_dir` holds (none where it does not exist yet), once it is
+    known to be a folder a run may use: empty (`NOT_CONTENT` aside), marked
+    (`MARK`), or a run directory from before the mark (`_run_layout`); the
+    working directory only empty or marked.
+
+    Raises:
+        UserError: a folder of someone's own files, which a run would scatter
+            its files among and replace theirs.
+    """
+    if not run_dir.is_dir():
+        return set()  # to be made; or a file, which making it refuses
+    try:
+        names = {path.name for path in run_dir.iterdir()}
+    except OSError as error:
+        raise UserError(f"Cannot read the run directory {run_dir}: {error.strerror}. Give a "
+                        "folder you can read and write with run.dir=PATH.") from None
+    content = sorted(names - NOT_CONTENT)
+    if not content or MARK in names:
+        return names
+    shown = ", ".join(content[:3]) + (f" and {len(content) - 3} more" if len(content) > 3 else "")
+    if run_dir.resolve() == Path.cwd().resolve():
+        raise UserError(f"run.dir={run_dir} is the working directory, which holds files of its "
+                        f"own ({shown}): a run would scatter its files among them. Give run.dir "
+                        "a new or empty folder (run.dir=runs/NAME, say), or leave it out for a "
+                        "new folder below runs/.")
+    if not _run_layout(run_dir, names):
+        raise UserError(f"{run_dir} is not a run directory: it holds files of its own ({shown}) "
+                        "and no mark of a run, and a run would write its metrics.json, history.csv "
+                        "and checkpoints/ among them, replacing any of the same name. Give "
+                        "run.dir a new or empty folder, or leave it out for a new folder below "
+                        "runs/.")
+    return names
+
+
+def _run_layout(run_dir, names):
+    """Whether the folder `run_dir`, holding `names`, is a run directory made before
+    `MARK` existed: a backup/, config.yaml and history.csv, or a config.yaml with
+    the digest line that `write_config` ends it with."""
+    if (run_dir / "backup").is_dir() or {"config.yaml", "history.csv"} <= names:
+        return True
+    try:
+        with (run_dir / "config.yaml").open("rb") as file:
+            file.seek(max(0, file.seek(0, os.SEEK_END) - 200))  # its last line
+            return DIGEST_PREFIX.encode() in file.read()
+    except OSError:
+        return False
+
+
+def mark(run_dir):
+    """Writes `MARK` in `run_dir`: from now on, a run directory."""
+    try:
+        (run_dir / MARK).write_text(MARK_TEXT)
+    except OSError as error:
+        raise UserError(f"Cannot write in the run directory {run_dir}: {error.strerror}. "
+                        "Give a folder you can write to with run.dir=PATH.") from None
+
+
+def out_of_memory(error):
+    """Whether `error` (or what it was raised from) is an allocation that failed:
+    TensorFlow's ResourceExhaustedError (but a full disk's), jaxlib's
+    XlaRuntimeError RESOURCE_EXHAUSTED, PyTorch's OutOfMemoryError or its
+    RuntimeError "out of memory" (CUDA's) or "not enough memory" (its CPU's)."""
+    if errors.disk_full(error):
+        return False
+    while error is not None:
+        if type(error).__name__ in ("ResourceExhaustedError", "OutOfMemoryError"):
+            return True
+        text = str(error)
+        if isinstance(error, RuntimeError) and ("RESOURCE_EXHAUSTED" in text or any(
+                words in text.lower() for words in ("out of memory", "not enough memory"))):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def lock_run_dir(run_dir):
@@ -381,11 +468,12 @@ class Run:
     """One process's run directory from `open` to `close`: `dir`, and
     `initial_epoch`, the finished epochs its backup holds."""
 
-    def __init__(self, config, run_dir, created, lock, state):
+    def __init__(self, config, run_dir, created, lock, state, before=()):
         self.config, self.dir, self.created, self._lock = config, run_dir, created, lock
         self.state, self.initial_epoch = state, state.epochs
         self.interrupted, self._handlers, self._epoch = None, {}, 0
-        self._discard = False  # whether `close` removes the directory this run made, whole
+        self._before = set(before)  # the names the folder held before this run: not its own
+        self._discard = False  # whether `close` removes what this run wrote, its folder if made
         self._lowest, self._warned = math.inf, False  # the training loss, for its divergence
 
     @classmethod
@@ -398,6 +486,7 @@ class Run:
         else:
             run_dir = Path(run_dir).expanduser()
             created = not run_dir.exists()
+        before = set() if created else claim(run_dir)
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -405,6 +494,8 @@ class Run:
                             "Give a folder you can write to with run.dir=PATH.") from None
         lock = None
         try:
+            if MARK not in before and not before - NOT_CONTENT:  # made here, or found empty
+                mark(run_dir)
             lock = lock_run_dir(run_dir)
             state = (reader or inspect)(run_dir, config)
         except BaseException:
@@ -412,11 +503,14 @@ class Run:
                 lock.release()
             if created:
                 shutil.rmtree(run_dir, ignore_errors=True)
+            else:  # refused: the folder as it was
+                for name in {MARK, ".lock"} - before:
+                    (run_dir / name).unlink(missing_ok=True)
             raise
         if state.epochs:
             print(f"resuming the run in {run_dir} from its last finished epoch ({state.epochs})",
                   flush=True)
-        return cls(config, run_dir, created, lock, state)
+        return cls(config, run_dir, created, lock, state, before)
 
     def __enter__(self):
         return self
@@ -449,6 +543,8 @@ class Run:
                 where = getattr(error, "filename", None) or "writing the run"
                 raise UserError(self.saved_note(f"the disk is full ({where})",
                                                 "free some space, then")) from None
+            if cause is None and out_of_memory(error):
+                raise UserError(self.out_of_memory_note()) from None
             if cause is None:
                 raise
             raise Interrupted(self.saved_note(), 143 if isinstance(cause, Terminated) else 130) \
@@ -528,6 +624,24 @@ class Run:
                 "check the data) and start a new run; the same command would resume into the "
                 "same divergence.")
 
+    def out_of_memory_note(self):
+        """What a batch too large for memory leaves, and what to do."""
+        size = self.config["data"].get("batch_size")
+        what = f"out of memory: a batch of data.batch_size={size} did not fit"
+        lower = ("lower data.batch_size" + (f" (to {size // 2}, say)"
+                                            if isinstance(size, int) and size > 1 else ""))
+        epochs = saved_epochs(self.dir / "backup")
+        if not epochs and self.created:
+            return self.saved_note(what, f"{lower}, then")
+        if not epochs:
+            self._discard = True  # `close` removes what it wrote: the folder as it was
+            return (f"{what} before the first epoch of {self.dir} finished: no epoch was saved, "
+                    f"and what this run wrote there is removed; {lower}, then the same command "
+                    "starts the run again.")
+        return (f"{what}: {epochs} finished epoch(s) stay in {self.dir} (the same command resumes "
+                f"them where more memory is free). To train with less memory, {lower} and give "
+                "a new run.dir: a run keeps its batch size when it resumes.")
+
     def saved_note(self, what="interrupted", then=""):
         """What this run has saved when `what` stopped it, and the command that goes on."""
         again = (f"{then} the same command with run.resume=true (or the same run.dir)"
@@ -546,14 +660,25 @@ class Run:
                 "continue.")
 
     def close(self):
-        """Releases the lock; removes the directory if this run made it and left it empty."""
+        """Releases the lock; removes the directory if this run made it and left it
+        empty, and what this run wrote when it saved nothing to go on from
+        (`saved_note`, `out_of_memory_note`)."""
         self._release()
         if self._lock is not None:
             self._lock.release()
         self._lock = None
-        if self.created and self.dir.is_dir() and (self._discard or not any(
-                path.name != ".lock" for path in self.dir.iterdir())):
+        if not self.dir.is_dir():
+            return
+        if self.created and (self._discard or not any(
+                path.name not in (".lock", MARK) for path in self.dir.iterdir())):
             shutil.rmtree(self.dir, ignore_errors=True)
+        elif self._discard:  # a folder that was there: only what this run added goes
+            for path in self.dir.iterdir():
+                if path.name not in self._before:
+                    if path.is_dir() and not path.is_symlink():
+                        shutil.rmtree(path, ignore_errors=True)
+                    else:
+                        path.unlink(missing_ok=True)
 
 
 def has_tensorboard():
