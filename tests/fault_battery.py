@@ -328,6 +328,24 @@ def a_first_training(tmp):
     return first
 
 
+def failing_allocation(epoch):
+    """A setup: the copied mnist_mlp's fit given a callback that raises TensorFlow's
+    ResourceExhaustedError as epoch `epoch` begins: a batch too large for memory,
+    without allocating one."""
+    def change(text):
+        raiser = ("def _allocation_fails(epoch, logs):  # the battery's stand-in for an OOM\n"
+                  "    import tensorflow as tf\n\n"
+                  f"    if epoch == {epoch}:\n"
+                  "        raise tf.errors.ResourceExhaustedError(\n"
+                  "            None, None, 'OOM when allocating tensor with shape[16,512]')\n\n\n")
+        changed = text.replace("def run(", raiser + "def run(", 1).replace(
+            "*extra_callbacks,", "*extra_callbacks, keras.callbacks.LambdaCallback("
+            "on_epoch_begin=_allocation_fails),", 1)
+        if "_allocation_fails)" not in changed:
+            raise SetupFailed("mnist_mlp.py's run has no `*extra_callbacks,` to add one after")
+        return changed
+    return edit("copy/mnist_mlp.py", change)
+
 RESUME = "train.epochs=3"  # a stopped_run's 2 epochs, and one more
 CASES = [
     # -- values at and past the edge of each range (LIMITS, LIMITS_BY_NAME, CHOICES)
@@ -732,6 +750,25 @@ CASES = [
          ["anchor", "densenet_cifar10_cpu", "--script", "TMP/airbench94_muon.py", "runs=1",
           "data.source=folder", "data.path=TMP"], REFUSED, lambda tmp: airbench_stand_in(tmp),
          in_temp_dir=True),
+    # -- round 4: run directories and memory
+    Case("run.dir a folder of the user's own files (metrics.json, checkpoints/best.keras)",
+         run(), REFUSED, after(write("run/metrics.json", "[0.91, 0.93]\n"),
+                               write("run/checkpoints/best.keras", b"my model"))),
+    Case("run.dir=. in a working directory holding the user's files",
+         ["run", "mnist_mlp", *TINY, "run.dir=."], REFUSED, write("notes.txt", "mine\n"),
+         in_temp_dir=True),
+    Case("run.dir=. in an empty working directory", ["run", "mnist_mlp", *TINY, "run.dir=."],
+         TRAINS, in_temp_dir=True, run_dir="."),
+    Case("a run directory from before its mark (1.0.0), resumed", run(RESUME), TRAINS,
+         after(stopped_run(), delete("run/.keras-course-run"))),
+    Case("notebooks --dir a file", ["notebooks", "--dir", "TMP/file"], REFUSED,
+         write("file", "x")),
+    Case("notebooks --dir a read-only folder", ["notebooks", "--dir", "/proc"], REFUSED),
+    Case("copy a YAML recipe", ["copy", "densenet_cifar10_95", "TMP/mine"], REFUSED),
+    Case("copied: a batch too large for memory before the first epoch ends (simulated)",
+         copy(), REFUSED, failing_allocation(0), copied="mnist_mlp"),
+    Case("copied: a batch too large for memory after an epoch (simulated)",
+         copy("train.epochs=2"), REFUSED, failing_allocation(1), copied="mnist_mlp"),
 ]
 
 
