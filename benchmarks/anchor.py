@@ -211,6 +211,15 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None, l
                         "does not tell: give --machine CLASS.")
     train, test, evaluated_on = splits(config)
     out_dir = Path(out_dir or rundir.timestamped(RUNS_DIR / "anchor" / name))
+    command = shlex.join(["python", "-m", "benchmarks", "anchor", name, "--script",
+                          Path(script).name, f"runs={runs_}", *overrides])
+    if label is not None:  # what the store would refuse (a group unlike these runs, a
+        # damaged store), refused before hours of training: the runs' figures aside
+        planned = [{"what": what, "run": run, "accuracy": float("nan"), "wall_s": 0.0,
+                    "evaluated_on": evaluated_on, "precision": precision}
+                   for run in range(runs_) for what in (kind, name)]
+        record.check(store_rows(planned, label, name, kind, machine, command, config, out_dir),
+                     store, figures=False)
     work = out_dir / "airbench"
     work.mkdir(parents=True, exist_ok=True)
     (work / f"{Path(kind).stem}_cpu.py").write_text(text, encoding="utf-8")
@@ -239,32 +248,46 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None, l
     print(table + f"\nresults: {out_dir}/table.md, results.json; each run's output, with its "
           "accuracy after each epoch: *-run<N>.log", flush=True)
     if label is not None:
-        command = shlex.join(["python", "-m", "benchmarks", "anchor", name, "--script",
-                              Path(script).name, f"runs={runs_}", *overrides])
-        path = record.append(store_rows(rows, label, name, kind, machine, command, config), store)
+        path = record.append(store_rows(rows, label, name, kind, machine, command, config,
+                                        out_dir), store)
         print(f"recorded {len(rows)} rows as 'anchor {label} ...': {path}")
     return rows
 
 
-def store_rows(rows, label, name, kind, machine, command, config):
-    """anchor's runs as rows of the results store: each side a group of its own."""
+def store_rows(rows, label, name, kind, machine, command, config, out_dir=None):
+    """anchor's runs as rows of the results store: each side a group of its own; a
+    recipe's run (in `out_dir`) identified by its directory and its weights."""
     versions, today = _environment.versions(), datetime.date.today().isoformat()
     found = []
     for row in rows:
         airbench = row["what"] == kind
         side = Path(kind).stem if airbench else name
+        run_dir = (None if airbench or out_dir is None
+                   else Path(out_dir) / f"{name}-seed{row['run']}")
         found.append({
             **dict.fromkeys(record.COLUMNS, ""), "group": f"anchor {label} {side} {machine}",
-            "recipe": side, "command": command,
+            "recipe": side, "command": command, "dataset": config["data"]["name"],
             "split": "test" if row["evaluated_on"] == "test" else "validation",
             "metric": "accuracy", "value": f"{row['accuracy']:.4f}",
             "epochs": "" if airbench else config["train"]["epochs"],  # airbench's own schedule
+            "precision": row["precision"],  # both sides compute in it
             "wall_s": f"{row['wall_s']:.0f}", "seed": "" if airbench else row["run"],
+            "run_id": record.run_id(run_dir) if run_dir else "",
+            "weights": _weights(run_dir) if run_dir else "",
             "machine": machine, "tensorflow": versions.get("tensorflow") or "",
             "keras": versions.get("keras") or "", "kit": versions["keras-course-recipes"],
             "commit": versions.get("commit") or "", "date": today,
             "source": "python -m benchmarks anchor --record"})
     return found
+
+
+def _weights(run_dir):
+    """The first 16 hex digits of the weights' digest the recipe's run wrote, or ''."""
+    try:
+        digest = json.loads((Path(run_dir) / "metrics.json").read_text()).get("weights_sha256")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return digest[:16] if isinstance(digest, str) else ""
 
 
 def _timed(what, run, command, cwd, environment, accuracy, out_dir):

@@ -21,15 +21,20 @@ this module's to write:
   names every column of the header in place of the store's names.
 
 `--check` writes nothing and exits 1, naming each block that differs from what the
-store gives (tests/test_results.py runs it).
+store gives (tests/test_results.py runs it); `--store DIR` reads another copy of the
+store. Every row read is checked first (`recipes record`'s `read_rows`): a damaged one,
+a value that is no number, a line cut short, a column missing, a stray line, is one
+line naming the file and the line's number, and exit status 1; never skipped.
 """
 
 import argparse
-import csv
 import re
 import statistics
 import sys
 from pathlib import Path
+
+from keras_course_recipes.errors import UserError
+from keras_course_recipes.tools import record
 
 ROOT = Path(__file__).resolve().parents[1]
 STORE = ROOT / "results"
@@ -38,15 +43,28 @@ PLOT = ROOT / "docs" / "cifar10_accuracy_vs_time.png"
 BLOCK = re.compile(r"(<!-- results: (\w+)(.*?) -->\n)(.*?)(<!-- /results -->)", re.DOTALL)
 
 
+# Each file's columns (results/README.md says what they hold), and what its rows must be.
+FILES = {"accuracy": (record.COLUMNS, None), "speed": (record.SPEED_COLUMNS, None),
+         "checks": (record.SPEED_COLUMNS, None),
+         "ablation": (("study", "variant", "description", "runs", "mean", "spread", "epochs",
+                       "machine", "date", "command", "source"),
+                      lambda row: None if not row["mean"] or record._finite(row["mean"]) is not None
+                      else f"its mean is {row['mean']!r}, not a number"),
+         "references": (("recipe", "model", "data", "reference", "headline"), None)}
+
+
 def read(name, store=STORE):
-    """The rows of `store/NAME.csv`, as dicts."""
-    path = store / f"{name}.csv"
+    """The rows of `store/NAME.csv`, as dicts, each checked (`record.read_rows`)."""
+    path = Path(store) / f"{name}.csv"
     if not path.is_file():
         raise SystemExit(f"error: {path} is missing: the results store holds accuracy.csv, "
                          "speed.csv, checks.csv, ablation.csv and references.csv "
                          "(results/README.md).")
-    with path.open(newline="") as file:
-        return list(csv.DictReader(file))
+    columns, check = FILES[name]
+    try:
+        return record.read_rows(path, columns, check)
+    except UserError as error:
+        raise SystemExit(f"error: {error}") from None
 
 
 def parameters(text):
@@ -109,10 +127,15 @@ def groups_table(store, file, groups):
 
 def rows_table(store, file, columns, where=None):
     rows = read(file, store)
+    names = columns.split(",")
+    asked = [*names, where.partition(":")[0]] if where else names
+    unknown = [name for name in asked if name not in FILES[file][0]]
+    if unknown:
+        raise SystemExit(f"error: a rows block of {file}.csv names {', '.join(unknown)}, which "
+                         f"is none of its columns ({', '.join(FILES[file][0])}).")
     if where:
         column, _, value = where.partition(":")
         rows = [row for row in rows if row[column] == value]
-    names = columns.split(",")
     lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
     for row in rows:
         cells = [percent(float(row[name])) if name in ("mean", "value") and row[name] else row[name]
@@ -297,20 +320,22 @@ def main(argv=None):
                                      description="Generate the tables and the plot from results/.")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 naming each page whose tables are stale")
+    parser.add_argument("--store", type=Path, default=STORE,
+                        help="the store's folder (results/)")
     args = parser.parse_args(argv)
     if args.check:
-        found = stale()
+        found = stale(store=args.store)
         for page in found:
             print(f"{page.relative_to(ROOT)}: its results tables differ from results/*.csv: "
                   "run make results", file=sys.stderr)
         return 1 if found else 0
     for page in PAGES:
         text = page.read_text()
-        new = regenerate(text)
+        new = regenerate(text, args.store)
         if new != text:
             page.write_text(new)
             print(f"wrote {page.relative_to(ROOT)}")
-    print(f"wrote {plot().relative_to(ROOT)}")
+    print(f"wrote {plot(args.store).relative_to(ROOT)}")
     return 0
 
 

@@ -159,27 +159,8 @@ def test_the_machine_class_comes_from_the_cpu_a_run_recorded(device, machine):
     assert record.machine_class(device) == machine
 
 
-@pytest.mark.slow  # trains
-def test_record_appends_a_finished_runs_row(tmp_path, monkeypatch, capsys):
-    from keras_course_recipes import __main__ as cli
-
-    monkeypatch.chdir(tmp_path)
-    run_dir = tmp_path / "run"
-    assert cli.main(["run", "mnist_mlp", "data.source=synthetic", "data.synthetic_examples=64",
-                     "data.batch_size=16", "train.epochs=2", "train.steps_per_epoch=2",
-                     "run.verbose=0", "execution.seed=3", f"run.dir={run_dir}"]) == 0
-    for _ in range(2):  # appended, under one header
-        assert cli.main(["record", str(run_dir), "--group", "mnist_mlp tiny",
-                         "--machine", "EPYC-AVX2", "--store", str(tmp_path / "store")]) == 0
-    rows = results.read("accuracy", tmp_path / "store")
-    assert len(rows) == 2 and rows[0] == rows[1]
-    row = rows[0]
-    assert row["command"].startswith("recipes run mnist_mlp ") and "data.source=synthetic" in (
-        row["command"]) and "execution.seed=3" in row["command"] and "run.dir" not in row["command"]
-    assert (row["group"], row["split"], row["seed"], row["epochs"], row["machine"]) == (
-        "mnist_mlp tiny", "test", "3", "2", "EPYC-AVX2")
-    assert row["kit"] and row["tensorflow"] and row["keras"] and 0 <= float(row["value"]) <= 1
-    assert "recorded mnist_mlp (mnist_mlp tiny): test accuracy" in capsys.readouterr().out
+def test_the_classes_record_names_are_the_pages():
+    assert set(record.MACHINES) == CLASSES
 
 
 def test_recording_a_folder_without_metrics_is_one_line(tmp_path):
