@@ -44,6 +44,9 @@ try:
     from keras_course_recipes.callbacks.timing import Timing
     from keras_course_recipes.models.revnet import revnet, variant_spec
 except ImportError as missing:  # the kit, or a file of it, is not where this Python runs
+    if str(missing.path).endswith("keras_course_recipes.py"):  # a file of that name, not the kit
+        raise SystemExit(f"error: {missing.path} hides the keras_course_recipes package: "
+                         "rename it.") from None
     raise SystemExit(f"error: {missing}: this recipe runs on its kit, the keras-course-recipes "
                      "package: pip install it where this Python runs, or copy the recipe with "
                      "every file of the kit it imports (recipes copy NAME DIR; its README "
