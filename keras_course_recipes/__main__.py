@@ -93,6 +93,9 @@ def main(argv=None, tools=None, prog=None):
     """Runs the command `argv` names; `tools` and `prog` as `entry_point`'s."""
     argv = sys.argv[1:] if argv is None else argv
     tools = tools or TOOLS
+    hidden = runs.hidden_package([os.getcwd()])  # python -m imports the working folder's keras.py
+    if hidden:
+        raise UserError(hidden)
     # The parser of the command named first; of every command for -h or a typo.
     named = argv[0] if argv and argv[0] in {*tools, *(c.name for c in BUILT_IN)} else None
     found = commands([named] if named else None, tools)
@@ -129,13 +132,17 @@ def main(argv=None, tools=None, prog=None):
     # fails at once, and execution.backend and execution.onednn can still
     # reach Keras' and TensorFlow's start.
     options, arguments["overrides"] = command.split(items)
-    config = _config.resolve(args.name, args.config_files, arguments["overrides"],
-                             announce=lambda line: None)
-    backend = config["execution"]["backend"]
     # KERAS_BACKEND sets the backend unless the command line's execution.backend= does.
     from_environment = bool(os.environ.get("KERAS_BACKEND")) and not any(
         item.partition("=")[0].strip() == "execution.backend" for item in arguments["overrides"])
-    if not (from_environment and command.names_backends):  # else each part's process sets its own
+    unused = from_environment and command.names_backends  # each part's process sets its own
+    config = _config.resolve(args.name, args.config_files, arguments["overrides"],
+                             announce=lambda line: None, environment=not unused)
+    backend = config["execution"]["backend"]
+    if unused:
+        print(f"note: {command.name} does not use KERAS_BACKEND={os.environ['KERAS_BACKEND']}: "
+              f"{command.tensorflow_only}.", flush=True)
+    else:
         if command.tensorflow_only and backend != "tensorflow":
             setting = "KERAS_BACKEND" if from_environment else "execution.backend"
             raise UserError(f"{command.name} does not take {setting}={backend}: "

@@ -68,7 +68,7 @@ def _backend_before_keras(source, layers, overrides):
     return backend, found["execution.onednn"]
 
 
-def resolve(name, config_files=(), overrides=(), announce=print):
+def resolve(name, config_files=(), overrides=(), announce=print, environment=True):
     """Returns the resolved config of recipe `name` as a nested dict.
 
     Args:
@@ -77,38 +77,62 @@ def resolve(name, config_files=(), overrides=(), announce=print):
         config_files: extra YAML files, applied in order.
         overrides: `key=value` strings; values are parsed as YAML.
         announce: called with one line per command-line override.
+        environment: whether KERAS_BACKEND sets `execution.backend` (a command
+            whose parts each name their backend, compare's modes, reads it not).
     """
     module = module_of(name)
     source = RECIPES_DIR / f"{module}.py"
     layers = [CONFIGS_DIR / f"{name}.yaml"] if name != module else []
     layers = [(f"in {path}", _read_yaml(path, module)) for path in [*layers, *map(Path, config_files)]]
-    if os.environ.get("KERAS_BACKEND"):  # Keras' own switch, below the command line's
+    asked = os.environ.get("KERAS_BACKEND") if environment else None
+    if asked:  # Keras' own switch, below the command line's
         layers.append(("in the environment variable KERAS_BACKEND",
-                       {"execution": {"backend": os.environ["KERAS_BACKEND"]}}))
+                       {"execution": {"backend": asked}}))
+    from_environment = asked and not any(item.partition("=")[0].strip() == "execution.backend"
+                                         for item in overrides)
     recipe_config, schema = recipe_values(module, layers, overrides)
     return settle(name, recipe_config, schema, layers, overrides, announce,
-                  f"in {source}'s CONFIG", tensorflow_only(module))
+                  f"in {source}'s CONFIG", tensorflow_only(module),
+                  declared=settings.written_keys(source, "CONFIG"),
+                  backend_setting=(f"KERAS_BACKEND={asked} (the environment variable)",
+                                   "Unset KERAS_BACKEND (TensorFlow is the default), or give "
+                                   "execution.backend=tensorflow") if from_environment else None)
 
 
 def settle(name, recipe_config, schema=None, layers=(), overrides=(), announce=print,
-           origin="in CONFIG", only=None):
+           origin="in CONFIG", only=None, declared=(), backend_setting=None):
     """Recipe `name`'s settings from its CONFIG object `recipe_config` (written
     `origin`), `CONFIG_SCHEMA` and `TENSORFLOW_ONLY` (`only`), the YAML `layers` and
     the overrides, every check passed: what `resolve` gives the command line, and
-    `runs.main` a recipe file."""
+    `runs.main` a recipe file. `declared`: the keys the recipe's file writes in
+    CONFIG (`settings.resolve`'s); `backend_setting`: (what asked for the backend,
+    how to undo it) where that is not `execution.backend` (`_check_backend`)."""
+    check_sections(recipe_config, origin)
     sections = settings.defaults(recipe_config, PACKAGE_DIR)
     unknown = sorted(set(recipe_config) - set(sections))
     if unknown:
         raise UserError(f"{name}: unknown CONFIG section {unknown[0]}; sections are "
                         f"{', '.join(sections)}.")
     config = settings.resolve(name, sections, recipe_config, layers=layers, overrides=overrides,
-                              schema=schema, announce=announce, origin=origin)
+                              schema=schema, announce=announce, origin=origin, declared=declared)
     backend = config["execution"]["backend"]
     if backend != "tensorflow":
-        _check_backend(config, only)
+        _check_backend(config, only, backend_setting)
     settings.resolve_mode(config["execution"], backend)
     _check_together(config)
     return config
+
+
+def check_sections(recipe_config, origin="in CONFIG"):
+    """Refuses a CONFIG (written `origin`) that is not a dict of dicts: `CONFIG = None`."""
+    where = origin.removeprefix("in ")
+    if not isinstance(recipe_config, dict):
+        raise UserError(f"{where} must be a dict of sections (data, model, train, execution, "
+                        f"callbacks, run), got {recipe_config!r}.")
+    for section, keys in recipe_config.items():
+        if not isinstance(keys, dict):
+            raise UserError(f"{where}'s '{section}' section must be a dict of keys, got "
+                            f"{keys!r}.")
 
 
 def _check_together(config):
@@ -139,10 +163,14 @@ def tensorflow_only(module):
     return (settings.module_literal(source, "TENSORFLOW_ONLY", default="") or None) if source.is_file() else None
 
 
-def _check_backend(config, only):
+def _check_backend(config, only, setting=None):
     """Refuses, before anything runs, what Keras on JAX or torch cannot do:
-    each of these is TensorFlow's own (`only`: the recipe's `TENSORFLOW_ONLY`)."""
+    each of these is TensorFlow's own (`only`: the recipe's `TENSORFLOW_ONLY`).
+    `setting`: (what asked for the backend, how to undo it), where that is not
+    `execution.backend` (KERAS_BACKEND, the backend Keras loaded)."""
     execution, callbacks, backend = config["execution"], config["callbacks"], config["execution"]["backend"]
+    asked, undo = setting or (f"execution.backend={backend}",
+                              f"Drop execution.backend={backend} (TensorFlow is the default)")
     refused = [
         (only is not None, only),
         (execution["strategy"] != "none", f"execution.strategy={execution['strategy']}, "
@@ -155,9 +183,7 @@ def _check_backend(config, only):
     ]
     for refuse, feature in refused:
         if refuse:
-            raise UserError(f"execution.backend={backend} cannot run {feature}: it is "
-                            f"TensorFlow's. Drop execution.backend={backend} (TensorFlow is the "
-                            "default).")
+            raise UserError(f"{asked} cannot run {feature}: it is TensorFlow's. {undo}.")
 
 
 def recipe_schema(module):

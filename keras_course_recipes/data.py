@@ -49,7 +49,8 @@ DEFAULTS = {
     "shuffle_buffer": 10000,
     "cache": True,  # tfds: keep decoded uint8 images in memory after the first epoch
 }
-# name: (input shape, number of classes)
+# name: (input shape, number of classes). Read as a literal by keras_course_recipes/settings.py,
+# which refuses any other data.name before Keras starts (`show` as `run`).
 DATASETS = {"mnist": ((28, 28, 1), 10), "fashion_mnist": ((28, 28, 1), 10),
             "cifar10": ((32, 32, 3), 10), "cifar100": ((32, 32, 3), 100)}
 # Fewer validation images than this make val_ metrics, and so the best checkpoint, noise.

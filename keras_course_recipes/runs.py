@@ -27,13 +27,17 @@ from keras_course_recipes import _config, errors, harness
 from keras_course_recipes.errors import UserError, exit_status, note_reported
 # has_tensorboard: what a recipe's `run` asks before it adds Keras' TensorBoard callback.
 from keras_course_recipes.rundir import has_tensorboard, signals_and_output  # noqa: F401
-from keras_course_recipes.settings import BACKEND_MODES, parse_override
+from keras_course_recipes.settings import BACKEND_MODES, parse_override, written_keys
 
 
 # ## A copied recipe's command line, and a notebook cell's
 
 # The backends a recipe trains on: Keras has others (numpy, openvino) that cannot train.
 KERAS_BACKENDS = tuple(BACKEND_MODES)
+# The packages a recipe and its kit import, which a student's file of the same name
+# (keras.py beside the recipe, or in the folder Python runs in) would stand in for.
+PACKAGES = ("keras", "numpy", "yaml", "tensorflow", "jax", "torch", "tensorflow_datasets",
+            "PIL", "h5py", "matplotlib")
 
 
 def start(name):
@@ -41,8 +45,19 @@ def start(name):
     a program (`python NAME.py`), from here on a Ctrl-C or SIGTERM stops it with one
     line, a KERAS_BACKEND no recipe trains on is refused in one, and the collector
     skips what Keras loaded at exit; `main` puts the handlers back as it returns.
-    Imported (by the command line, a test, a notebook), it changes nothing."""
+    As a program or a notebook's cell, a student's keras.py (`hidden_package`) is
+    one line before the imports that follow fail on it. Imported (by the command
+    line, a test), it changes nothing."""
     in_kernel = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)() is not None
+    if name == "__main__":
+        # (a kernel's argv[0] is its launcher's, in site-packages: not the student's folder)
+        folders = [Path.cwd()] if in_kernel else [Path.cwd(), Path(sys.argv[0]).resolve().parent]
+        hidden = hidden_package(folders)
+        if hidden and in_kernel:  # stops the cell, as the recipe's own import guard does
+            raise SystemExit(f"error: {hidden}")
+        if hidden:
+            print(f"error: {hidden}", file=sys.stderr)
+            sys.exit(2)
     if name != "__main__" or in_kernel:
         return
     if "keras" not in sys.modules:
@@ -68,6 +83,27 @@ def backend_problem(asked, script):
               if other != backend and importlib.util.find_spec(other) is not None]
     return (f"{named} is not installed here: {errors.install_advice(backend)}"
             + (f", or run KERAS_BACKEND={others[0]} python {script}" if others else "") + ".")
+
+
+def hidden_package(folders, names=PACKAGES):
+    """Which of the packages `names` a file NAME.py in one of `folders` (the
+    recipe's, the working folder) stands in for, imported or next to be, as one
+    line (`./keras.py hides the keras package: rename it.`), or None."""
+    folders = {Path(folder).resolve() for folder in folders}
+    for name in names:
+        module = sys.modules.get(name)
+        if module is not None:
+            origin = getattr(module, "__file__", None)
+        else:
+            try:
+                origin = getattr(importlib.util.find_spec(name), "origin", None)
+            except (ImportError, ValueError):
+                origin = None
+        path = Path(origin).resolve() if origin else None
+        if path and path.name == f"{name}.py" and path.parent in folders:
+            shown = f"./{path.name}" if path.parent == Path.cwd().resolve() else str(path)
+            return f"{shown} hides the {name} package: rename it."
+    return None
 
 
 def freeze_at_exit():
@@ -101,15 +137,23 @@ def main(name, config, run, schema=None):
     # launcher): overrides come from the command line of the file that calls this.
     ran_as_file = "__file__" in caller and Path(sys.argv[0]).name == Path(caller["__file__"]).name
     overrides = sys.argv[1:] if ran_as_file or not in_kernel else []
-    started = keras.backend.backend()
+    folders = [Path.cwd(), *([Path(caller["__file__"]).parent] if "__file__" in caller else [])]
     try:
         with signals_and_output():
+            hidden = hidden_package(folders)
+            if hidden:  # a notebook's keras.py or yaml.py: keras.backend an AttributeError
+                raise UserError(hidden)
+            started = keras.backend.backend()
+            _config.check_sections(config)
             config, overrides = _without_backend(
                 config, overrides, started,
                 Path(caller["__file__"]).name if ran_as_file else f"{name}.py")
-            config = _config.settle(name, config, schema, [(
-                "by the backend Keras loaded", {"execution": {"backend": started}})], overrides,
-                announce=print, only=caller.get("TENSORFLOW_ONLY"))
+            config = _config.settle(
+                name, config, schema, [(
+                    "by the backend Keras loaded", {"execution": {"backend": started}})],
+                overrides, announce=print, only=caller.get("TENSORFLOW_ONLY"),
+                declared=written_keys(caller["__file__"], "CONFIG") if "__file__" in caller else (),
+                backend_setting=_backend_setting(started))
             onednn = config["execution"]["onednn"]
             if onednn is not None and os.environ.get("TF_ENABLE_ONEDNN_OPTS") != str(int(onednn)):
                 print(f"note: execution.onednn is read as TensorFlow starts: run with "
@@ -127,6 +171,17 @@ def main(name, config, run, schema=None):
             sys.exit(status)
     finally:
         errors.restore_interrupt_hooks()  # `start`'s, once the run is over
+
+
+def _backend_setting(started):
+    """(What asked for backend `started`, how to undo it), for `_config.settle`: a
+    recipe file's backend is the one Keras loaded, KERAS_BACKEND's or its own
+    setting's (~/.keras/keras.json)."""
+    if os.environ.get("KERAS_BACKEND") == started:
+        return (f"KERAS_BACKEND={started} (the environment variable)",
+                f"Run it without KERAS_BACKEND={started} (TensorFlow is the default)")
+    return (f"Keras' backend, {started} (set in ~/.keras/keras.json)",
+            "Run it with KERAS_BACKEND=tensorflow")
 
 
 def _without_backend(config, overrides, started, script):

@@ -122,13 +122,20 @@ def defaults(recipe_config, folder=Path(__file__).parent):
 
 
 def resolve(name, defaults, config, layers=(), overrides=(), schema=None, announce=None,
-            origin=None):
+            origin=None, declared=()):
     """Recipe `name`'s settings, `recipe: name` first, as `Settings`: `defaults` <
     its `config` (the CONFIG object, written `origin`), which may add keys of its
     own, typed by `schema` (a type's name, or a list of choices), `TYPES_BY_NAME`
     or their value < each `(origin, mapping)` of `layers` < the `key=value`
     overrides, each told to `announce`. Every value is `check`ed, and a key of
-    the recipe's own that reads as a misspelling of its neighbour is refused."""
+    the recipe's own that reads as a misspelling of its neighbour is refused.
+    `declared`: the keys the recipe's file writes in its CONFIG (`written_keys`),
+    so that one a later change to CONFIG dropped is not called unknown.
+
+    A key of the recipe's own takes None where its type is declared (`TYPES`, a
+    type's name in `schema`: "None: the variant's") or where nothing says what
+    it takes; where its name says (`"lr": None`) or its choices do, None is no
+    value, and one line."""
     tree = copy.deepcopy(defaults)
     types, choices, limits = dict(TYPES), dict(CHOICES), LIMITS
     for key, entry in (schema or {}).items():
@@ -138,29 +145,38 @@ def resolve(name, defaults, config, layers=(), overrides=(), schema=None, announ
             types[key] = {"bool": bool, "int": int, "float": float, "str": str, "list": list}[entry]
     nullable = {key for key, value in flatten(tree).items() if value is None}
 
-    def entry(key, value, null=False):  # (type, nullable, choices, list items' type, range)
+    def entry(key, value, own=False):  # (type, nullable, choices, list items' type, range)
         leaf = key.rpartition(".")[2]
-        return (types.get(key) or (TYPES_BY_NAME.get(leaf) if null else None) or type(value),
-                null or value is None or key in nullable, choices.get(key), _number_items(value),
-                limits.get(key) or LIMITS_BY_NAME.get(leaf))
+        named = TYPES_BY_NAME.get(leaf) if own else None
+        null = (key in types or (value is None and named is None and key not in choices)
+                if own else value is None or key in nullable)
+        # object: a key whose value is None and whose type nothing declares takes any value
+        return (types.get(key) or named or (object if value is None else type(value)), null,
+                choices.get(key), _number_items(value), limits.get(key) or LIMITS_BY_NAME.get(leaf))
 
     known = {key: entry(key, value) for key, value in flatten(tree).items()}
     origin = origin or f"in {name}.py's CONFIG"
     own = {key: value for key, value in flatten(config).items() if key not in known}
     _refuse_near_misses(own, [*known, *own], origin)
     for key, value in own.items():
-        known[key] = entry(key, value, null=True)  # a key of the recipe's own
+        known[key] = entry(key, value, own=True)  # a key of the recipe's own
     for key, value in flatten(config).items():
         set_key(tree, key, check(known, key, value, origin))
-    known = {key: entry(key, value) for key, value in flatten(tree).items()}
+    known = {key: entry(key, value, own=key in own) for key, value in flatten(tree).items()}
     items = [(origin, key, value) for origin, layer in layers
              for key, value in flatten(layer).items()]
     items += [("on the command line", *parse_override(item)) for item in overrides]
     for origin, key, value in items:
+        if key not in known and key in declared:
+            section = key.rpartition(".")[0]
+            raise UserError(f"Config key '{key}' {origin}: CONFIG lacks it. The recipe's file "
+                            f"writes it there, but a later change to CONFIG (an update of its "
+                            f"'{section}' section?) dropped it: put it back in CONFIG to set it.")
         set_key(tree, key, check(known, key, value, origin))
         if announce and origin == "on the command line":
             announce(f"override: {key} = {value!r}")
     tree = Settings.of({"recipe": name, **tree})
+    _check_dataset(tree["data"]["name"])
     model, train = tree.get("model", {}), tree["train"]
     if "widths" in model and len(model["widths"]) != len(model.get("growth_rates", [])):
         raise UserError(f"model.widths and model.growth_rates need one entry per block each; got "
@@ -177,6 +193,16 @@ def resolve(name, defaults, config, layers=(), overrides=(), schema=None, announ
                         f"checkpoints/best.keras; use {train['epochs']} to validate after the "
                         "last epoch only.")
     return tree
+
+
+def _check_dataset(name):
+    """Refuses a `data.name` keras_course_recipes/data.py does not know (its `DATASETS`,
+    read as a literal): `show` refuses what `run` would."""
+    known = list(module_literal(Path(__file__).parent / "data.py", "DATASETS"))
+    if name not in known:
+        close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
+        raise UserError(f"Unknown data.name '{name}'. Known datasets: {', '.join(known)}."
+                        + (f" Did you mean '{close[0]}'?" if close else ""))
 
 
 def _refuse_near_misses(own, keys, origin):
@@ -219,7 +245,7 @@ class Settings(dict):
         name = f"{self.path}{key}"
         raise MissingKey(f"this recipe reads the config key '{name}', which its settings lack"
                          + (f" (they have '{self.path}{close[0]}')" if close else "")
-                         + f": put it back in CONFIG, or give it as {name}=VALUE.")
+                         + ": put it back in CONFIG.")
 
 
 def plain(tree):
@@ -270,6 +296,7 @@ def check(schema, key, value, origin):
     expected, nullable, choices, item_type, limit = schema[key]
     if value is None and nullable:
         return None
+    value = _plain(value)
     if expected is float and isinstance(value, (str, int)) and not isinstance(value, bool):
         try:  # YAML 1.1 reads 1e-3 as a string
             value = float(value)
@@ -278,6 +305,9 @@ def check(schema, key, value, origin):
     if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
         wanted = " or ".join(TYPE_NAMES[t] for t in (expected if isinstance(expected, tuple)
                                                      else (expected,)))
+        if value is None:  # not a value of this key's
+            raise UserError(f"Config key '{key}' expects {wanted}, got None {origin}: it "
+                            "needs a value.")
         raise UserError(f"Config key '{key}' expects {wanted}, "
                         f"got {value!r} ({type(value).__name__}) {origin}.")
     if choices is not None and value not in choices:
@@ -294,6 +324,17 @@ def check(schema, key, value, origin):
         within = True
     if not within:
         raise UserError(f"Config key '{key}' must be {limit[1]}, got {value!r} {origin}.")
+    return value
+
+
+def _plain(value):
+    """`value` with each NumPy number in it as Python's (`np.float32(1e-3)` as 0.001,
+    its shortest text: what the student wrote), as Keras and config.yaml take them."""
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
+        item = value.item()
+        return float(str(value)) if isinstance(item, float) else item
     return value
 
 
@@ -328,30 +369,33 @@ def module_literal(path, name, default=None):
     path = Path(path)
     status = path.stat()
     found = _file_literal(path, status.st_mtime_ns, status.st_size, name)
-    if found is None and default is None:
+    if found is _UNSET and default is None:
         raise UserError(f"{path} has no {name} literal.")
-    return default if found is None else copy.deepcopy(found)
+    return default if found is _UNSET else copy.deepcopy(found)
 
 
 @functools.cache
 def _file_literal(path, mtime_ns, size, name):
     """`source_literal` of the file at `path`, parsed once per version of the
     file: every resolved config reads the same few modules' literals."""
-    return source_literal(path.read_text(), name, path)
+    return source_literal(path.read_text(), name, path, missing=_UNSET)
+
+
+_UNSET = object()  # `_file_literal` of a name the file does not assign
 
 
 class NotLiteral(Exception):
     """A module's value that only running it gives: an expression, or a later change."""
 
 
-def source_literal(source, name, path="<source>"):
-    """The literal assigned to `name` at the top level of Python `source`, or None;
+def source_literal(source, name, path="<source>", missing=None):
+    """The literal assigned to `name` at the top level of Python `source`, or `missing`;
     `NotLiteral` when its value is an expression (`1e-3 * 2`, a name, a call) or a
     later top-level statement (outside `if __name__ == "__main__":`) mentions it."""
     body = ast.parse(source).body
     places = _assignments(body, name)
     if not places:
-        return None
+        return missing
     later = [node for node in body[places[-1] + 1:]
              if not isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom))
              and not _is_main_block(node)]
@@ -375,6 +419,30 @@ def _is_main_block(node):
     test = getattr(node, "test", None)
     return (isinstance(node, ast.If) and isinstance(test, ast.Compare)
             and getattr(test.left, "id", None) == "__name__")
+
+
+def written_keys(path, name):
+    """The dotted keys of the dict assigned to `name` at the top level of the Python
+    file `path`, as written (values may be expressions); empty where it is not a
+    dict there or the file cannot be read."""
+    try:
+        body = ast.parse(Path(path).read_text()).body
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return set()
+    places = _assignments(body, name)
+
+    def keys(node, prefix):
+        found = set()
+        for key, value in zip(node.keys, node.values):
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                if isinstance(value, ast.Dict) and value.keys:
+                    found |= keys(value, f"{prefix}{key.value}.")
+                elif prefix:
+                    found.add(f"{prefix}{key.value}")
+        return found
+
+    node = body[places[-1]].value if places else None
+    return keys(node, "") if isinstance(node, ast.Dict) else set()
 
 
 def literal_at(path, name, dotted):
