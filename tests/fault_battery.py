@@ -769,6 +769,26 @@ CASES = [
          copy(), REFUSED, failing_allocation(0), copied="mnist_mlp"),
     Case("copied: a batch too large for memory after an epoch (simulated)",
          copy("train.epochs=2"), REFUSED, failing_allocation(1), copied="mnist_mlp"),
+    # -- round 4: CONFIG values and hidden modules
+    Case("notebook cell: CONFIG's model.hidden_units=None", copy("model.hidden_units=null"),
+         REFUSED, kernel="jupyter"),
+    Case("notebook cell: CONFIG's train.lr=None", copy("train.lr=null"), REFUSED,
+         kernel="jupyter"),
+    # (each line put after the copied recipe's CONFIG, before its CONFIG_SCHEMA)
+    *[Case(f"copied: {line}", copy(), expect, copied="mnist_mlp", setup=edit(
+        "copy/mnist_mlp.py", lambda text, line=line: text.replace(
+            "\nCONFIG_SCHEMA = ", f"\n{line}\nCONFIG_SCHEMA = ", 1)))
+      for line, expect in [("CONFIG = None", REFUSED),
+                           ('CONFIG["train"]["lr"] = __import__("numpy").float32(1e-3)', TRAINS),
+                           # train.steps_per_epoch=2, on the command line, is one CONFIG lacks
+                           ('CONFIG.update({"train": {"epochs": 1}})', REFUSED)]],
+    *[Case(f"copied: a {module}.py beside the recipe", copy(), REFUSED,
+           write(f"copy/{module}.py", "x = 1\n"), copied="mnist_mlp")
+      for module in ("keras", "yaml", "numpy")],
+    Case("copied: a keras_course_recipes.py beside the recipe, the kit not copied", copy(),
+         REFUSED, after(delete("copy/keras_course_recipes"),
+                        write("copy/keras_course_recipes.py", "x = 1\n")), copied="mnist_mlp"),
+    Case("show data.name=mnîst", ["show", "mnist_mlp", "data.name=mnîst"], REFUSED),
 ]
 
 
