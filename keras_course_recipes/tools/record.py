@@ -321,9 +321,8 @@ def _numbered_rows(path, columns, check=None):
             reader, line, found = csv.reader(file), 1, []
             header = next(reader, None)
             if header != columns:
-                raise UserError(f"{path}, line 1: {_header_problem(header, columns)}: the "
-                                "header names the store's columns, "
-                                f"{','.join(columns)}; mend it, or give another store.")
+                raise UserError(f"{path}, line 1: {_header_problem(header, columns)}; mend "
+                                "the header (and the rows below it), or give another store.")
             for cells in reader:
                 line, end = line + 1, reader.line_num
                 if not cells:  # a blank line holds no row
@@ -358,14 +357,14 @@ def _numbered_rows(path, columns, check=None):
 
 
 def _header_problem(header, columns):
-    if not header:
-        return "no header"
-    missing = [name for name in columns if name not in header]
-    extra = [name for name in header if name not in columns]
-    if missing or extra:
-        return "the header " + " and ".join(filter(None, [
-            missing and f"lacks {', '.join(missing)}", extra and f"has {', '.join(extra)}"]))
-    return "the header's columns are out of order"
+    """How the header `header` differs from the store's `columns`."""
+    missing = [name for name in columns if name not in (header or ())]
+    extra = [name for name in header or () if name not in columns]
+    if not header or not missing and not extra:
+        return (f"{'no header' if not header else 'the columns out of order'}, where the "
+                f"store's header is {','.join(columns)}")
+    return "the header " + " and ".join(filter(None, [
+        missing and f"lacks {', '.join(missing)}", extra and f"has {', '.join(extra)}"]))
 
 
 def _finite(text):
