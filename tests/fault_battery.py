@@ -789,6 +789,55 @@ CASES = [
          REFUSED, after(delete("copy/keras_course_recipes"),
                         write("copy/keras_course_recipes.py", "x = 1\n")), copied="mnist_mlp"),
     Case("show data.name=mnîst", ["show", "mnist_mlp", "data.name=mnîst"], REFUSED),
+    # -- round 4: the results store
+    # `recipes record` on a run trained on TMP/images, then damaged; the store TMP/store, a
+    # copy of results/accuracy.csv where a case gives it (the damaged rows `make results`
+    # reads are tests/test_record_store.py's: the battery runs the kit's command line).
+    *[Case(f"record: {what}", ["record", "RUN", "--machine", "EPYC-AVX2", *store], REFUSED,
+           after(image_folder(), finished_run(*FOLDER), damage))
+      for what, store, damage in [
+          ("metrics.json's test accuracy as text", ["--store", "TMP/store"],
+           edit("run/metrics.json", lambda text: json.dumps(
+               {**json.loads(text), "test": {"accuracy": "abc"}}))),
+          ("metrics.json's timing without epoch_s", ["--store", "TMP/store"],
+           edit("run/metrics.json", lambda text: json.dumps(
+               {**json.loads(text), "timing": {"images_per_s": 100.0}}))),
+          ("metrics.json's device a string", ["--store", "TMP/store"],
+           edit("run/metrics.json", lambda text: json.dumps(
+               {**json.loads(text), "device": "AMD EPYC"}))),
+          ("metrics.json's test null", ["--store", "TMP/store"],
+           edit("run/metrics.json", lambda text: json.dumps({**json.loads(text), "test": None}))),
+          ("metrics.json's test accuracy NaN", ["--store", "TMP/store"],
+           edit("run/metrics.json", lambda text: json.dumps(
+               {**json.loads(text), "test": {"accuracy": float("nan")}}))),
+          ("config.yaml deleted", ["--store", "TMP/store"], delete("run/config.yaml")),
+          ("--store read-only", ["--store", "/proc/recipes-store"], lambda tmp: None),
+          ("--store a file", ["--store", "TMP/file"], write("file", "x")),
+          ("a run recorded already", ["--store", "TMP/store"], lambda tmp: execute(
+              [sys.executable, "-m", "keras_course_recipes", "record", str(tmp / "run"),
+               "--machine", "EPYC-AVX2", "--store", str(tmp / "store")], ROOT)),
+          ("2 epochs into the group 'mnist_mlp 20ep oneDNN'",
+           ["--group", "mnist_mlp 20ep oneDNN", "--store", "TMP/store"],
+           write("store/accuracy.csv", (ROOT / "results" / "accuracy.csv").read_text())),
+          ("a store's value edited to abc", ["--store", "TMP/store"],
+           write("store/accuracy.csv", (ROOT / "results" / "accuracy.csv").read_text().replace(
+               ",accuracy,0.9165,", ",accuracy,abc,", 1))),
+          ("a store's column deleted", ["--store", "TMP/store"],
+           write("store/accuracy.csv", (ROOT / "results" / "accuracy.csv").read_text().replace(
+               ",wall_s,", ",", 1))),
+          ("a store's row cut short", ["--store", "TMP/store"],
+           write("store/accuracy.csv", "".join(
+               line[:150] + "\n" if number == 3 else line for number, line in enumerate(
+                   (ROOT / "results" / "accuracy.csv").read_text().splitlines(True))))),
+          ("a store with a garbage line appended", ["--store", "TMP/store"],
+           write("store/accuracy.csv", (ROOT / "results" / "accuracy.csv").read_text()
+                 + "garbage\n")),
+      ]],
+    Case("record: a run on random images (data.source=synthetic)",
+         ["record", "RUN", "--group", "mnist_mlp 20ep oneDNN", "--machine", "EPYC-oneDNN",
+          "--store", "TMP/store"], REFUSED,
+         after(finished_run(), write("store/accuracy.csv",
+                                     (ROOT / "results" / "accuracy.csv").read_text()))),
 ]
 
 
