@@ -154,6 +154,8 @@ def test_the_plot_draws_the_store(tmp_path):
      "Xeon-AMX"),
     ({"cpu": "Intel(R) Xeon(R) Platinum", "cpu_features": ["avx512_bf16"]}, "Xeon-AVX512"),
     ({"cpu": "Apple M2", "cpu_features": []}, None),
+    ({"cpu": "Intel(R) Xeon(R) Platinum 8480+", "gpus": ["NVIDIA H100 80GB HBM3"]}, "GPU-H100"),
+    ({"cpu": "Intel(R) Xeon(R)", "gpus": ["NVIDIA H200"]}, "GPU-H200"),
 ])
 def test_the_machine_class_comes_from_the_cpu_a_run_recorded(device, machine):
     assert record.machine_class(device) == machine

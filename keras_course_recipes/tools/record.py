@@ -67,7 +67,9 @@ def machine_class(device):
     """The class (`MACHINES`, docs/machines.md's) of the machine a metrics.json `device`
     describes, or None where its CPU is none of them."""
     if device.get("gpus"):
-        return "GPU-" + device["gpus"][0].split()[-1]  # "NVIDIA H100 80GB HBM3" is not a class name
+        # "NVIDIA H100 80GB HBM3" is GPU-H100: the model is the word after the maker's name
+        words = device["gpus"][0].split()
+        return "GPU-" + (words[1] if len(words) > 1 and words[0] == "NVIDIA" else words[-1])
     cpu, features = device.get("cpu", ""), set(device.get("cpu_features") or ())
     generation = device.get("cpu_generation") or ""
     if "EPYC" in cpu:
