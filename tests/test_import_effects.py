@@ -2,6 +2,7 @@
 needs (a Ctrl-C that is one line) and puts it back when it returns."""
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -60,9 +61,12 @@ print(json.dumps({"imported": imported == before, "started": started,
 
 
 def python(script, *args, cwd):
+    # As a terminal starts it: Ctrl-C's default action (pytest-xdist's workers ignore SIGINT,
+    # a child inherits that, and `install_interrupt_hooks` leaves a handler it did not expect).
     result = subprocess.run([sys.executable, "-c", script, *args], cwd=cwd, capture_output=True,
                             text=True, timeout=300, env={"PYTHONPATH": str(ROOT),
-                                                         "TF_CPP_MIN_LOG_LEVEL": "3"})
+                                                         "TF_CPP_MIN_LOG_LEVEL": "3"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.splitlines()[-1])
 
