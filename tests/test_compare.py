@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import keras_course_recipes.callbacks.timing as timing_module
-from conftest import MEASURE_IN_A_PROCESS, measure_tensorflow_modes_here
+from conftest import MEASURE_IN_A_PROCESS, fast_xla_env, measure_tensorflow_modes_here
 import keras_course_recipes as kit
 from keras_course_recipes import UserError, _environment
 from keras_course_recipes.__main__ import main
@@ -46,6 +46,17 @@ def test_compare_writes_one_row_per_mode(tmp_path, monkeypatch):
     modes = [mode for mode in _compare.MODES if mode != "torch_compile"
              and (_environment.installed("torch") or not mode.startswith("torch"))]
     monkeypatch.setattr(_compare, "measure_mode", measure_loop_function_in_a_process)
+    measure_modes, groups = _compare.measure_modes, []
+
+    def with_fast_xla(name, group, *job):
+        """JAX's modes, in their one process, compiled as conftest's `fast_xla_env`
+        says: XLA_FLAGS set for that process alone, not for this one's XLA."""
+        groups.append(group)
+        with monkeypatch.context() as patch:
+            patch.setenv("XLA_FLAGS", fast_xla_env()["XLA_FLAGS"])
+            return measure_modes(name, group, *job)
+
+    monkeypatch.setattr(_compare, "measure_modes", with_fast_xla)
     results = _compare.compare("mnist_mlp", modes, steps=2, overrides=TINY_MLP, out_dir=tmp_path)
 
     assert results == json.loads((tmp_path / "results.json").read_text())
@@ -72,6 +83,9 @@ def test_compare_writes_one_row_per_mode(tmp_path, monkeypatch):
     assert rows["graph"]["mode_used"] == "graph" == rows["graph_ready"]["mode_used"]
     assert rows["xla"]["mode_used"] == "xla" == rows["jax_jit"]["mode_used"]
     assert rows["jax_eager"]["mode_used"] == "eager"
+    # JAX's two modes in one process, each TensorFlow mode in its own; jax_jit's
+    # peak memory (above, not None) counted from the end of jax_eager's.
+    assert [group for group in groups if len(group) > 1] == [["jax_eager", "jax_jit"]]
     if "torch_eager" in rows:
         assert rows["torch_eager"]["mode_used"] == "eager"
     with (tmp_path / "results.csv").open() as file:
@@ -91,6 +105,12 @@ def test_compare_writes_one_row_per_mode(tmp_path, monkeypatch):
     weights_mb = 4 * (big["params"] - results["params"]) / 2**20
     grown = big["rows"][0]["peak_rss_mb"] - rows["loop_function"]["peak_rss_mb"]
     assert 1.5 * weights_mb < grown < 16 * weights_mb
+
+
+def test_each_backend_but_tensorflow_measures_its_modes_in_one_process():
+    assert _compare.process_groups(["eager", "jax_jit", "graph", "torch_eager", "jax_eager",
+                                    "torch_compile"]) == [
+        ["eager"], ["jax_jit", "jax_eager"], ["graph"], ["torch_eager", "torch_compile"]]
 
 
 def test_speedups_are_ratios_of_median_step_times():
@@ -254,6 +274,9 @@ def test_keras_backend_in_the_environment_lets_compare_measure_the_modes_it_name
         raise UserError("measured")  # what compare asked for is all this test reads
 
     monkeypatch.setattr(_compare, "measure_mode", measure_mode)
+    # torch's two modes share a process: compare asks for both at once.
+    monkeypatch.setattr(_compare, "measure_modes", lambda name, modes, *job: [
+        measure_mode(name, mode) for mode in modes])
     with pytest.raises(UserError, match="measured"):
         main(["compare", "mnist_mlp", "modes=torch_eager,torch_compile", "steps=2", *TINY_MLP])
     assert measured == ["torch_eager"]

@@ -2,9 +2,10 @@
 
     python -m keras_course_recipes compare mnist_mlp modes=eager,graph,xla steps=50
 
-Each mode runs in a fresh process (`keras_course_recipes/tools/measure.py`), which builds the
-recipe and trains what it builds, so every mode trains the very same setup
-on the same input stream:
+Each TensorFlow mode runs in a fresh process (`keras_course_recipes/tools/measure.py`),
+and each other backend's modes in one fresh process, one after the other,
+which builds the recipe for each and trains what it builds, so every mode
+trains the very same setup on the same input stream:
 
 - `eager`, `graph`, `xla`: Keras' own `fit` in that execution mode;
 - `graph_spe`: `fit` in graph mode with `steps_per_execution` > 1;
@@ -22,7 +23,10 @@ on the same input stream:
   or the step under `torch.compile`), fed by the same tf.data pipeline.
 
 The first step (tracing or compiling) and `WARMUP_STEPS` more are left out of
-the steady-state figures.
+the steady-state figures. `peak_rss_mb` is the process's peak resident
+memory while the mode ran: a TensorFlow mode's, from its process's start;
+another backend's second mode's, from the end of the first, counting what
+the process still holds (`measure.py` restarts Linux's count between them).
 """
 
 import json
@@ -75,7 +79,8 @@ def parse_modes(text):
 
 def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), overrides=(),
             out_dir=None, quiet=False, repeats=1):
-    """Measures `modes` on recipe `name`, one process each; returns the rows.
+    """Measures `modes` on recipe `name`, each TensorFlow mode in a process of
+    its own and each other backend's in one; returns the rows.
 
     With `repeats` > 1, every mode runs that many times, in turns, so that a
     slow spell of a shared machine does not land on one mode alone; each
@@ -106,8 +111,9 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
                         f"writes them under {RUNS_DIR}/ in the current folder: run it from a "
                         "folder you can write to.") from None
     print(f"comparing {', '.join(modes)} on {name}, {steps} steady steps each, "
-          f"one process per mode{f', {repeats} times in turns' if repeats > 1 else ''}; "
-          f"results in {out_dir}", flush=True)
+          f"one process per mode (per backend but TensorFlow)"
+          f"{f', {repeats} times in turns' if repeats > 1 else ''}; results in {out_dir}",
+          flush=True)
 
     by_mode, measured = _measure(name, modes, steps, config_files, overrides, out_dir, quiet,
                               repeats)
@@ -136,37 +142,71 @@ def shown_command(tool, name, config_files, overrides, **options):
 
 
 def _measure(name, modes, steps, config_files, overrides, out_dir, quiet, repeats):
-    """Runs every mode `repeats` times, in turns, one process each.
+    """Runs every mode `repeats` times, in turns, one process each, but the
+    modes of each backend other than TensorFlow, which share one (`process_groups`).
 
     Returns:
         {mode: [its rows, one per turn]}, and the last process' whole result
         (its device, versions, config and params are every process').
     """
     by_mode = {mode: [] for mode in modes}
-    jobs = [(turn, mode) for turn in range(repeats) for mode in modes]
-    for number, (turn, mode) in enumerate(jobs, 1):
-        label = mode if turn == 0 else f"{mode}-{turn + 1}"
-        measured = measure_mode(name, mode, steps, config_files, overrides, out_dir / "modes",
-                                label)
-        by_mode[mode].append(measured["row"])
-        if not quiet:
-            print(f"[{number}/{len(jobs)}] {label:<15} {step_line(measured['row'])}", flush=True)
+    number, total = 0, repeats * len(modes)
+    for turn in range(repeats):
+        for group in process_groups(modes):
+            labels = [mode if turn == 0 else f"{mode}-{turn + 1}" for mode in group]
+            for mode, label, measured in zip(group, labels, measure_modes(
+                    name, group, steps, config_files, overrides, out_dir / "modes", labels)):
+                by_mode[mode].append(measured["row"])
+                number += 1
+                if not quiet:
+                    print(f"[{number}/{total}] {label:<15} {step_line(measured['row'])}",
+                          flush=True)
     return by_mode, measured
+
+
+def process_groups(modes):
+    """`modes` in the order their processes measure them, a list per
+    process: each TensorFlow mode alone, as its peak memory is its process's
+    (`loop_function`'s against a bigger model's in tests/test_compare.py),
+    and the modes of each other backend together, which pay its start-up
+    (TensorFlow, then JAX or PyTorch, imported) once."""
+    groups = {}
+    for mode in modes:
+        backend = BACKEND_MODES.get(mode, ("tensorflow",))[0]
+        groups.setdefault(mode if backend == "tensorflow" else backend, []).append(mode)
+    return list(groups.values())
+
+
+def measure_modes(name, modes, steps, config_files, overrides, folder, labels):
+    """`modes`, all of one backend, measured one after the other in one
+    process (`measure_mode` where there is one); returns their results, as
+    `measure_mode` returns each."""
+    if len(modes) == 1:
+        return [measure_mode(name, modes[0], steps, config_files, overrides, folder, labels[0])]
+    return _in_a_process([measurement_job(name, mode, steps, config_files, overrides, folder,
+                                          label) for mode, label in zip(modes, labels)])
 
 
 def measure_mode(name, mode, steps, config_files, overrides, folder, label):
     """Recipe `name`'s training step in `mode`, measured in a process of its own
     (`keras_course_recipes/tools/measure.py`); returns its result, also in `folder/LABEL.json`."""
-    job = measurement_job(name, mode, steps, config_files, overrides, folder, label)
+    return _in_a_process([measurement_job(name, mode, steps, config_files, overrides, folder,
+                                           label)])[0]
+
+
+def _in_a_process(jobs):
+    """Runs `measure.py` on `jobs`, whose modes are of one backend, in one
+    process; returns what each wrote."""
     # Keras reads its backend once, on import: the worker's is set before it starts.
-    backend = BACKEND_MODES.get(mode, ("tensorflow",))[0]
-    result = subprocess.run([sys.executable, "-m", "keras_course_recipes.tools.measure", json.dumps(job)],
-                            capture_output=True, text=True,
+    backend = BACKEND_MODES.get(jobs[0]["mode"], ("tensorflow",))[0]
+    result = subprocess.run([sys.executable, "-m", "keras_course_recipes.tools.measure",
+                             json.dumps(jobs)], capture_output=True, text=True,
                             env={**os.environ, "KERAS_BACKEND": backend})
     if result.returncode != 0:
-        raise UserError(f"Mode {mode} failed (exit {result.returncode}):\n"
-                        + result.stderr[-3000:])
-    return json.loads(Path(job["out"]).read_text())
+        modes = ", ".join(job["mode"] for job in jobs)
+        raise UserError(f"Mode{'s' if len(jobs) > 1 else ''} {modes} failed (exit "
+                        f"{result.returncode}):\n" + result.stderr[-3000:])
+    return [json.loads(Path(job["out"]).read_text()) for job in jobs]
 
 
 def measurement_job(name, mode, steps, config_files, overrides, folder, label):

@@ -1,6 +1,9 @@
-"""`compare`'s worker: one execution mode of one recipe, measured in a process of its own.
+"""`compare`'s worker: execution modes of one recipe, measured in a process of their own.
 
-    python -m keras_course_recipes.tools.measure '{"name": ..., "mode": ..., "steps": ..., ...}'
+    python -m keras_course_recipes.tools.measure '[{"name": ..., "mode": ..., "steps": ..., ...}, ...]'
+
+Its argument is a list of jobs, each one mode (one object is one job), all
+on the process's backend, measured one after the other (`measure_jobs`).
 
 It builds the recipe (`build`), so every mode trains the very same model,
 optimizer, loss, batch and input stream, and times its training steps with
@@ -11,6 +14,13 @@ FlopCounterMode on torch), and a square matmul measures the device in the
 same process, at the run's precision, for as long as the measured steps took
 (at most 1 s). Keras' backend is the process's:
 compare starts a `jax_*` or `torch_*` mode's with `KERAS_BACKEND` set.
+
+A row's `peak_rss_mb` is the process's peak resident memory while its mode
+ran: Linux's count restarts before each job after the first, at what the
+process holds then, so that a second mode's peak counts what the first left
+resident but not the first's own peak. Where it cannot restart (no /proc),
+a later job's is None, as is its `peak_gpu_mb` always: JAX's peak of GPU
+memory cannot be restarted.
 """
 
 import json
@@ -36,9 +46,28 @@ JAX = BACKEND == "jax"
 MULTI_STEP_MODES = {"graph_spe", "loop_epoch"}
 
 
-def measure(job):
+def measure_jobs(jobs):
+    """`measure` for each of `jobs` in turn, each after the first with the
+    peak resident memory counted afresh (`_restart_peak_rss`)."""
+    for index, job in enumerate(jobs):
+        measure(job, peak_rss=index == 0 or _restart_peak_rss(), peak_gpu=index == 0)
+
+
+def _restart_peak_rss():
+    """Restarts this process's peak resident memory (Linux's VmHWM, which
+    `_environment.peak_rss_mb` reads) at what it holds now; False where it cannot."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def measure(job, peak_rss=True, peak_gpu=True):
     """Runs the recipe in `job` and measures its training steps in `job["mode"]`;
-    writes the row to `job["out"]`."""
+    writes the row to `job["out"]`. `peak_rss`, `peak_gpu`: whether this
+    process's peak resident memory, and its GPU's, are this job's (else the
+    row's are None)."""
     mode, steps = job["mode"], job["steps"]
     backend, execution = BACKEND_MODES.get(mode, ("tensorflow", mode if mode in ("eager", "xla")
                                                                else "graph"))
@@ -86,8 +115,8 @@ def measure(job):
         "images_per_s": summary["images_per_s"],
         "input_wait_fraction": (None if mode in MULTI_STEP_MODES
                                 else summary["input_wait_fraction"]),
-        "peak_rss_mb": _environment.peak_rss_mb(),
-        "peak_gpu_mb": _peak_gpu_mb(),
+        "peak_rss_mb": _environment.peak_rss_mb() if peak_rss else None,
+        "peak_gpu_mb": _peak_gpu_mb() if peak_gpu else None,
         "flops_per_step": flops_per_step,
         "achieved_flops_per_s": achieved,
         "matmul_flops_per_s": matmul,
@@ -243,4 +272,5 @@ def matmul_flops_per_s(dtype, size=2048, chain=4, min_seconds=1.0):
 
 
 if __name__ == "__main__":
-    measure(json.loads(sys.argv[1]))
+    jobs = json.loads(sys.argv[1])
+    measure_jobs(jobs if isinstance(jobs, list) else [jobs])
