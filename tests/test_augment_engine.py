@@ -2,19 +2,16 @@
 core's layers on JAX, where keras-cv's cannot run in the step; metrics.json
 says which."""
 
-import json
-import subprocess
 import sys
 
 import keras
 import keras_cv
 import pytest
 
-from conftest import ROOT, TINY, TINY_MODEL
 from keras_course_recipes import UserError, _config
 from keras_course_recipes import augment as raugment
 
-from test_jax_backend import JAX_ENV
+from test_jax_backend import jax_runs  # noqa: F401  (the session's shared JAX process, a fixture)
 
 
 def test_auto_is_the_default_and_follows_the_backend():
@@ -28,17 +25,11 @@ def test_auto_is_the_default_and_follows_the_backend():
 
 
 @pytest.mark.slow
-def test_densenet_augments_in_the_jax_step_without_naming_an_engine(tmp_path):
+def test_densenet_augments_in_the_jax_step_without_naming_an_engine(jax_runs):  # noqa: F811
     """`densenet_cifar10 execution.backend=jax data.augment_on=device`, which
-    was refused while the DenseNet configs named keras-cv."""
-    run_dir = tmp_path / "run"
-    result = subprocess.run(
-        [sys.executable, "-m", "keras_course_recipes", "run", "densenet_cifar10", *TINY,
-         *TINY_MODEL["densenet_cifar100"], "execution.backend=jax", "data.augment_on=device",
-         f"run.dir={run_dir}"], cwd=ROOT, env=JAX_ENV, capture_output=True, text=True,
-        timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    was refused while the DenseNet configs named keras-cv (trained, tiny, in
+    the shared JAX process of tests/test_jax_backend.py)."""
+    metrics = jax_runs["densenet_cifar10 on device"]
     assert (metrics["backend"], metrics["augment_on"], metrics["augment_engine"]) == (
         "jax", "device", "keras")
 

@@ -5,10 +5,12 @@ the recipes still train on JAX.
 
 Keras reads its backend once per process, and this test process runs
 TensorFlow's: what trains on JAX runs in a process of its own, started as a
-user starts it (`python -m keras_course_recipes`), or a driver that runs several recipes
-in one process, to pay JAX's start-up once.
+user starts it (`python -m keras_course_recipes`), or, where a test needs only
+what a run gave and wrote, in the session's one shared JAX process
+(`jax_runs`), which pays JAX's start-up and the compilations its runs share once.
 """
 
+import fcntl
 import importlib.metadata
 import importlib.util
 import json
@@ -26,7 +28,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import keras_course_recipes as kit
-from conftest import ROOT, TINY, TINY_MODEL
+from conftest import ROOT, TINY, TINY_MODEL, fast_xla_env
 from keras_course_recipes import UserError, _config, _environment, harness
 from keras_course_recipes import data as rdata
 from keras_course_recipes import folder as rfolder
@@ -35,30 +37,8 @@ from keras_course_recipes.__main__ import main
 from keras_course_recipes.data import ArrayBatches
 from test_data import write_folder
 
-JAX_ENV = {**os.environ, "KERAS_BACKEND": "jax"}
+JAX_ENV = fast_xla_env(KERAS_BACKEND="jax")
 PORTABLE_MODULES = [module for module in kit.MODULES if _config.tensorflow_only(module) is None]
-
-# Runs recipes on JAX in one process: argv[1] is a JSON list of [label,
-# name, overrides]; the metrics of each go to the JSON file argv[2].
-DRIVER = """
-import json, sys
-import keras_course_recipes as kit
-from keras_course_recipes import _config, harness
-results = {}
-for label, name, overrides in json.loads(sys.argv[1]):
-    config = _config.resolve(name, overrides=overrides, announce=lambda line: None)
-    results[label] = harness.train(config)
-open(sys.argv[2], "w").write(json.dumps(results))
-"""
-
-
-def run_on_jax(runs, tmp_path):
-    """Runs `[(label, name, overrides)]` in one JAX process; {label: metrics}."""
-    out = tmp_path / "results.json"
-    result = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(runs), str(out)],
-                            cwd=ROOT, env=JAX_ENV, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(out.read_text())
 
 
 def tiny(name, tmp_path, *overrides):
@@ -73,10 +53,10 @@ def tiny(name, tmp_path, *overrides):
 ON_JAX = {"mnist_mlp": ["mnist_mlp", "mnist_softmax"], "mnist_cnn": ["mnist_cnn"],
           "cifar10_cnn": ["cifar10_cnn"], "densenet_cifar10_cpu": ["densenet_cifar10_cpu"],
           "densenet_cifar100": ["densenet_cifar100", "densenet_cifar100_modern"]}
-# The other JAX commands of docs/backends.md, in their module's process
-# (tests/test_docs.py's RUN_ELSEWHERE lists them, so that they start no
-# process of their own): label -> (recipe, overrides, the mode and
-# augmentation placement it records).
+# The other JAX commands of docs/backends.md, in the shared JAX process and
+# checked by their module's test (tests/test_docs.py's RUN_ELSEWHERE lists
+# them, so that they start no process of their own): label -> (recipe,
+# overrides, the mode and augmentation placement it records).
 README_RUNS = {
     "cifar10_cnn": {"cifar10_cnn eager": ("cifar10_cnn", ["execution.mode=eager"],
                                           "eager", "host")},
@@ -98,46 +78,13 @@ def test_the_recipes_listed_to_train_on_jax_are_portable_and_their_modules():
                for name in names)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("module", PORTABLE_MODULES)
-def test_every_portable_recipe_trains_on_jax(module, tmp_path):
-    """The module's recipes, each with its own YAML, one epoch on JAX in the
-    default mode, jit: the run records the backend, the mode and JAX's version."""
-    names = ON_JAX.get(module, [module])
-    more = README_RUNS.get(module, {})
-    results = run_on_jax(
-        [(name, name, tiny(name, tmp_path)) for name in names]
-        + [(label, name, tiny(name, tmp_path / "more", *overrides))
-           for label, (name, overrides, _, _) in more.items()], tmp_path)
-    for name in names:
-        metrics = results[name]
-        assert metrics["backend"] == metrics["device"]["backend"] == "jax", name
-        assert metrics["mode_requested"] == metrics["mode_used"] == "xla", name
-        assert metrics["epochs_completed"] == 1 and math.isfinite(metrics["final"]["loss"]), name
-        assert metrics["versions"]["jax"] == "0.10.2", name
-        assert (tmp_path / name / "checkpoints" / "best.keras").exists(), name
-    for label, (_, _, mode, augment_on) in more.items():
-        assert (results[label]["mode_used"], results[label]["augment_on"]) == (mode, augment_on)
-        assert math.isfinite(results[label]["final"]["loss"]), label
+# Learnable synthetic data (each class a template plus noise), 3 epochs.
+LEARNABLE = ["data.synthetic_examples=640", "data.batch_size=32", "train.steps_per_epoch=null",
+             "train.epochs=3"]
 
 
-@pytest.mark.slow
-def test_on_jax_a_recipe_learns_eagerly_and_jitted(tmp_path):
-    """Learnable synthetic data (each class a template plus noise), as on
-    TensorFlow: well above the 10% of chance in both of JAX's modes."""
-    learnable = ["data.synthetic_examples=640", "data.batch_size=32",
-                 "train.steps_per_epoch=null", "train.epochs=3"]
-    results = run_on_jax([
-        (mode, "mnist_mlp", tiny("mnist_mlp", tmp_path / mode, *learnable,
-                                 f"execution.mode={mode}"))
-        for mode in ("eager", "xla")], tmp_path)
-    for mode, metrics in results.items():
-        assert metrics["mode_used"] == mode
-        assert metrics["test"]["accuracy"] > 0.5, (mode, metrics["test"])
-
-
-# Builds an AugmentedModel on JAX and trains 3 jitted steps; prints its seed
-# states before and after, and the step's view of one batch, augmented twice.
+# Builds an AugmentedModel on JAX and trains 3 jitted steps; leaves its seed
+# states before and after, and whether the step was jitted, in `found`.
 AUGMENTED_STEP = """
 import json
 import keras, numpy as np
@@ -154,20 +101,128 @@ before = seeds()
 images = np.random.default_rng(0).random((12, 8, 8, 3)).astype("float32")
 labels = np.eye(10, dtype="float32")[np.arange(12) % 10]
 model.fit(images, labels, batch_size=4, epochs=1, verbose=0)
-print(json.dumps({"before": before, "after": seeds(), "mode": model.step_jit_compile}))
+found = {"before": before, "after": seeds(), "mode": model.step_jit_compile}
 """
 
 
+def shared_runs(folder):
+    """The shared JAX process's runs, [(label, recipe, overrides)], or
+    (label, None, a script that leaves its findings in `found`), each run in
+    a folder of its own under `folder`: every run of the tests that need only
+    what a run gave and wrote."""
+    runs = []
+    for module in PORTABLE_MODULES:  # test_every_portable_recipe_trains_on_jax's
+        runs += [(name, name, tiny(name, folder)) for name in ON_JAX.get(module, [module])]
+        runs += [(label, name, tiny(name, folder / "more", *overrides))
+                 for label, (name, overrides, _, _) in README_RUNS.get(module, {}).items()]
+    runs += [(f"learns {mode}", "mnist_mlp",  # test_on_jax_a_recipe_learns_eagerly_and_jitted's
+              tiny("mnist_mlp", folder / mode, *LEARNABLE, f"execution.mode={mode}"))
+             for mode in ("eager", "xla")]
+    # test_on_jax_augmentation_runs_in_the_jitted_step_and_its_seeds_advance's
+    runs.append(("augmented step", None, AUGMENTED_STEP))
+    # tests/test_augment_engine.py's: data.augment_engine left at auto.
+    runs.append(("densenet_cifar10 on device", "densenet_cifar10",
+                 tiny("densenet_cifar10", folder, "data.augment_on=device")))
+    return runs
+
+
+# Runs `shared_runs` in one JAX process: argv[1] holds them as JSON; what each
+# gave (a run's metrics, a script's `found`, or the traceback that ended it)
+# goes to the JSON file argv[2] as it ends, so that a failed run fails its own
+# tests alone. Each starts in float32, as a process of its own would.
+DRIVER = """
+import json, sys, traceback
+import keras
+from keras_course_recipes import _config, harness
+results = {}
+for label, name, overrides in json.loads(sys.argv[1]):
+    keras.mixed_precision.set_global_policy("float32")
+    try:
+        if name is None:
+            scope = {}
+            exec(overrides, scope)
+            results[label] = scope["found"]
+        else:
+            config = _config.resolve(name, overrides=overrides, announce=lambda line: None)
+            results[label] = harness.train(config)
+    except Exception:
+        results[label] = {"driver_traceback": traceback.format_exc()}
+    open(sys.argv[2], "w").write(json.dumps(results))
+"""
+
+
+class JaxRuns:
+    """What the shared JAX process gave: `runs[label]` is a run's metrics (a
+    script's findings), failing the test that asks where the run failed or
+    the process ended before it; `folder` holds the runs' folders."""
+
+    def __init__(self, folder, results, ended):
+        self.folder, self.results, self.ended = folder, results, ended
+
+    def __getitem__(self, label):
+        assert label in self.results, f"the shared JAX process ended before {label!r}: {self.ended}"
+        found = self.results[label]
+        assert "driver_traceback" not in found, f"{label}: {found['driver_traceback']}"
+        return found
+
+
+@pytest.fixture(scope="session")
+def jax_runs(tmp_path_factory):
+    """`shared_runs` in one JAX process per session: the pytest-xdist worker
+    that asks first runs it, and the other, asking meanwhile, waits for it
+    (a lock in the workers' common folder) and reads what it wrote."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-jax"
+    folder.mkdir(exist_ok=True)
+    results, ended = folder / "results.json", folder / "ended.txt"
+    with (folder / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ended.exists():
+            try:
+                process = subprocess.run(
+                    [sys.executable, "-c", DRIVER, json.dumps(shared_runs(folder)), str(results)],
+                    cwd=ROOT, env=JAX_ENV, capture_output=True, text=True, timeout=900)
+                ended.write_text(f"exit {process.returncode}\n{process.stderr[-3000:]}")
+            except subprocess.TimeoutExpired as error:
+                ended.write_text(f"{error}\n{str(error.stderr or '')[-3000:]}")
+    return JaxRuns(folder, json.loads(results.read_text()) if results.exists() else {},
+                   ended.read_text())
+
+
 @pytest.mark.slow
-def test_on_jax_augmentation_runs_in_the_jitted_step_and_its_seeds_advance():
+@pytest.mark.parametrize("module", PORTABLE_MODULES)
+def test_every_portable_recipe_trains_on_jax(module, jax_runs):
+    """The module's recipes, each with its own YAML, one epoch on JAX in the
+    default mode, jit: the run records the backend, the mode and JAX's version."""
+    for name in ON_JAX.get(module, [module]):
+        metrics = jax_runs[name]
+        assert metrics["backend"] == metrics["device"]["backend"] == "jax", name
+        assert metrics["mode_requested"] == metrics["mode_used"] == "xla", name
+        assert metrics["epochs_completed"] == 1 and math.isfinite(metrics["final"]["loss"]), name
+        assert metrics["versions"]["jax"] == "0.10.2", name
+        assert (jax_runs.folder / name / "checkpoints" / "best.keras").exists(), name
+    for label, (_, _, mode, augment_on) in README_RUNS.get(module, {}).items():
+        assert (jax_runs[label]["mode_used"], jax_runs[label]["augment_on"]) == (mode, augment_on)
+        assert math.isfinite(jax_runs[label]["final"]["loss"]), label
+
+
+@pytest.mark.slow
+def test_on_jax_a_recipe_learns_eagerly_and_jitted(jax_runs):
+    """Learnable synthetic data (`LEARNABLE`), as on TensorFlow: well above
+    the 10% of chance in both of JAX's modes."""
+    for mode in ("eager", "xla"):
+        metrics = jax_runs[f"learns {mode}"]
+        assert metrics["mode_used"] == mode
+        assert metrics["test"]["accuracy"] > 0.5, (mode, metrics["test"])
+
+
+@pytest.mark.slow
+def test_on_jax_augmentation_runs_in_the_jitted_step_and_its_seeds_advance(jax_runs):
     """Keras core's layers and PadCrop in JAX's step: their seed states are
     the model's variables, read from the step's state and written back, so
     that each step draws new random numbers. Were they not carried, every
     step would augment as the first did."""
-    result = subprocess.run([sys.executable, "-c", AUGMENTED_STEP], cwd=ROOT, env=JAX_ENV,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    found = json.loads(result.stdout.strip().splitlines()[-1])
+    found = jax_runs["augmented step"]
     assert found["mode"] is True  # one jitted step, augmentation included
     assert len(found["before"]) == 3  # pad_crop's, flip's and cutmix's seed states
     assert all(a != b for a, b in zip(found["before"], found["after"]))
@@ -336,7 +391,7 @@ def test_without_tensorflow_a_recipe_decodes_a_folder_and_trains_on_jax(tmp_path
 
     def run(*args):
         return subprocess.run([str(python), "-m", "keras_course_recipes", *args], cwd=ROOT,
-                              capture_output=True, text=True, timeout=300)
+                              env=fast_xla_env(), capture_output=True, text=True, timeout=300)
 
     folder = ["data.source=folder", f"data.path={tmp_path / 'images'}"]
     # The device command of docs/backends.md, in mixed_bfloat16 as the YAML says.
