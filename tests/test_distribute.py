@@ -148,9 +148,9 @@ harness.train(config, extra_callbacks=[KillAt()] if kill_at else [])
 def test_two_workers_train_one_model_resume_after_a_kill_and_only_the_chief_writes(
         tmp_path, capsys):
     run_dir = tmp_path / "run"
-    args = ["mnist_mlp", *TINY, "train.epochs=3", "train.steps_per_epoch=150",
+    args = ["mnist_mlp", *TINY, "train.epochs=3", "train.steps_per_epoch=25",
             "data.synthetic_examples=512", "model.hidden_units=[16]", "run.verbose=2", f"run.dir={run_dir}"]
-    # Worker 1 dies at step 21 of epoch 2: after both workers backed up
+    # Worker 1 dies at step 21 of epoch 2's 25: after both workers backed up
     # epoch 1, before either finishes epoch 2 (every step waits for both).
     (run_dir / "workers").mkdir(parents=True)
     cluster = [f"localhost:{port}" for port in _multiworker.free_ports(2)]
