@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, fast_xla_env
 from keras_course_recipes.data import ArrayBatches
 from keras_course_recipes.tools import soak
 
@@ -43,8 +43,10 @@ print(json.dumps(metrics))
 
 def train(name, backend, *runs):
     """Trains `name` `runs` in a process of their own; returns their metrics."""
+    env = (fast_xla_env(KERAS_BACKEND=backend) if backend == "jax"  # compiled sooner, alike
+           else {**os.environ, "KERAS_BACKEND": backend})
     result = subprocess.run([sys.executable, "-c", DRIVER, name, json.dumps(runs)],
-                            cwd=ROOT, env={**os.environ, "KERAS_BACKEND": backend},
+                            cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
