@@ -1,5 +1,6 @@
 """Shared test helpers: tiny, offline configs and quiet TensorFlow."""
 
+import functools
 import gc
 import inspect
 import json
@@ -263,13 +264,18 @@ def fresh_pythons(tmp_path_factory, request):
 
 
 MEASURE_IN_A_PROCESS = _compare.measure_mode
+# The side of the square matmul chain that measures the device's peak for a
+# row of compare's measured in this process: the worker's 2048 took 0.7 s of
+# each mode (EPYC-oneDNN, idle), as long as a tiny recipe's whole measurement.
+TINY_MATMUL = 256
 
 
 def measure_tensorflow_modes_here(name, mode, steps, config_files, overrides, folder, label):
     """`compare`'s worker (`compare.measure_mode`) for a TensorFlow mode, in
     this process: the configuration trains as its worker would train it,
     without paying for a process that starts TensorFlow again
-    (tests/test_compare.py starts the real ones, in every mode). Keras'
+    (tests/test_compare.py starts the real ones, in every mode), and its
+    matmul peak is measured on `TINY_MATMUL`-square matrices. Keras'
     other backends keep their process. (This process has the two logical
     CPUs that `execution.devices=cpu:2` asks for.)"""
     from keras_course_recipes.tools import measure
@@ -277,5 +283,10 @@ def measure_tensorflow_modes_here(name, mode, steps, config_files, overrides, fo
     if mode in _compare.BACKEND_MODES:
         return MEASURE_IN_A_PROCESS(name, mode, steps, config_files, overrides, folder, label)
     job = _compare.measurement_job(name, mode, steps, config_files, overrides, folder, label)
-    measure.measure(job)
+    full_size = measure.matmul_flops_per_s
+    measure.matmul_flops_per_s = functools.partial(full_size, size=TINY_MATMUL)
+    try:
+        measure.measure(job)
+    finally:
+        measure.matmul_flops_per_s = full_size
     return json.loads(Path(job["out"]).read_text())
