@@ -13,7 +13,8 @@ The kit, in this folder: `runs` (a recipe's command line and run),
 repairs), `errors`, `data` (what it trains on), `folder` (image folders) and
 `augment` (augmentation); then `harness` (what `recipes run` adds around a
 recipe), `_config`, `_environment` and `_distribute` (the harness's), and
-`tools` (the commands that work on a recipe). Listing recipes reads
+`tools` (the commands that work on a recipe). `RecipeRun`, here, is what
+a recipe's `run(config, run)` is given of its run. Listing recipes reads
 docstrings and YAML comments without importing anything, so `list` and
 `show` do not pay for importing TensorFlow. Importing any of it changes
 nothing in the process.
@@ -45,8 +46,8 @@ def _mapped(folder):
 
 RECIPES_DIR = _mapped("recipes")  # the recipe files, the lessons
 CONFIGS_DIR = _mapped("configs")  # the YAML recipes
-# The recipe modules, each a file of recipes/ with its CONFIG, `build(config)` and
-# `run(config, ...)`: adding a recipe is adding its file (docs/add-a-recipe.md).
+# The recipe modules, each a file of recipes/ with its CONFIG, `build(config, run=None)` and
+# `run(config, run)`: adding a recipe is adding its file (docs/add-a-recipe.md).
 MODULES = tuple(sorted(path.stem for path in RECIPES_DIR.glob("*.py")
                        if not path.stem.startswith("_")))
 
@@ -108,3 +109,28 @@ def description(name):
 def load(name):
     """Imports and returns the module that runs recipe `name`."""
     return importlib.import_module(f"{__name__}.recipes.{module_of(name)}")
+
+
+class RecipeRun:
+    """What a recipe's `run(config, run)` is given: the kit's side of one run, as
+    `recipes run`, `python NAME.py` or a notebook cell starts it (harness.py,
+    rundir.py's `Run`). The lesson keeps every Keras call; this adds:
+
+    - `dir`: the run directory (a `pathlib.Path`), made, marked, locked and read
+      back to resume; the recipe's callbacks write there, and the kit
+      config.yaml, checkpoints/best.keras and metrics.json.
+    - `callbacks`: the kit's, first in `fit`'s list: config.yaml and a resumed
+      run's repairs as training starts, each epoch's random draws from (seed,
+      epoch), a Ctrl-C or SIGTERM that stops after the step, a diverged loss
+      that ends the run; the execution mode's check, the run's time estimate,
+      best.keras, and what `callbacks.*` asks for.
+    - `initial_epoch`: the finished epochs the backup holds (0: a fresh start).
+      BackupAndRestore brings back the weights and the optimizer, and
+      `build(config, run)` the data from there: the batches an uninterrupted
+      run trains on.
+    - `verbose`: `fit`'s, from `run.verbose`.
+    """
+
+    def __init__(self, run_dir, callbacks=(), initial_epoch=0, verbose="auto"):
+        self.dir, self.callbacks = Path(run_dir), list(callbacks)
+        self.initial_epoch, self.verbose = initial_epoch, verbose

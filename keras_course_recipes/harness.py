@@ -35,6 +35,7 @@ Around it, the harness adds:
 import contextlib
 import csv
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -155,18 +156,31 @@ def callbacks(run, probe=None):
     if not is_chief(config):
         return found
     if chosen["graph"]:
-        from keras_course_recipes.callbacks.graph_writer import GraphWriter
-
+        GraphWriter = asked_callback("graph_writer", "callbacks.graph").GraphWriter
         found.append(GraphWriter(run.dir / "tensorboard" / "train"))
     if chosen["profile"] is not None:
         found.append(keras.callbacks.TensorBoard(run.dir / "tensorboard" / "profile",
                                                  profile_batch=chosen["profile"]))
     if chosen["diagnostics"]:
-        from keras_course_recipes.callbacks.diagnostics import Diagnostics
-
+        Diagnostics = asked_callback("diagnostics", "callbacks.diagnostics").Diagnostics
         found.append(Diagnostics(run.dir / "tensorboard" / "diagnostics",
                                  next(iter(probe.data.train_plain))))
     return found
+
+
+def asked_callback(module, setting):
+    """keras_course_recipes/callbacks/`module`.py, which a run imports only when
+    `setting` asks for it: by name, so that `recipes copy` leaves it out of a
+    copy (as it leaves folder.py), where it is one line saying to copy it."""
+    name = f"keras_course_recipes.callbacks.{module}"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name != name:
+            raise
+        raise UserError(f"{setting}=true writes with keras_course_recipes/callbacks/{module}.py: "
+                        "copy it from the repository beside keras_course_recipes/callbacks/"
+                        "timing.py.") from None
 
 
 def finish(run, result, strategy):

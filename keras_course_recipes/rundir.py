@@ -24,7 +24,7 @@ from pathlib import Path
 import filelock
 import yaml
 
-from keras_course_recipes import RUNS_DIR, errors
+from keras_course_recipes import RUNS_DIR, RecipeRun, errors
 from keras_course_recipes.errors import (Interrupted, Terminated, TrainingDiverged, UserError,
                                          raise_pending)
 from keras_course_recipes.settings import plain
@@ -518,10 +518,11 @@ class Run:
     def __exit__(self, *error):
         self.close()
 
-    def train(self, run, extra_callbacks=()):
-        """The recipe's `run(config, dir, extra_callbacks, initial_epoch,
-        verbose)`, `callbacks()` first; Ctrl-C or SIGTERM end it as
-        `Interrupted`, saying what was saved."""
+    def train(self, lesson, extra_callbacks=()):
+        """The recipe's `run(config, run)`, `lesson`, given a `RecipeRun`: this
+        run's directory, `callbacks()` then `extra_callbacks`, the epoch to start
+        from and `fit`'s verbosity; Ctrl-C or SIGTERM end it as `Interrupted`,
+        saying what was saved."""
         if not has_tensorboard():
             missing = "TensorFlow" if importlib.util.find_spec("tensorflow") is None else "tensorboard"
             print(f"note: no TensorBoard logs: Keras' TensorBoard callback writes through "
@@ -529,9 +530,9 @@ class Run:
                   "); history.csv has every epoch's numbers.", flush=True)
         try:
             raise_pending()
-            result = run(self.config, self.dir, extra_callbacks=[*self.callbacks(),
-                                                                 *extra_callbacks],
-                         initial_epoch=self.initial_epoch, verbose=fit_verbose(self.config))
+            result = lesson(self.config, RecipeRun(
+                self.dir, [*self.callbacks(), *extra_callbacks], self.initial_epoch,
+                fit_verbose(self.config)))
             raise_pending()  # one that the final evaluation dropped
             return result
         except BaseException as error:

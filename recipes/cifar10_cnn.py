@@ -28,7 +28,6 @@ repository, README), and it trains on its own, checking each
 # directory, checks, lock and resume, the data pipeline, the model's builder
 # and the Timing callback. `runs.start` before Keras loads: run as a program,
 # a Ctrl-C at any moment from there on stops it with one line.
-from pathlib import Path
 from types import SimpleNamespace
 
 try:
@@ -84,13 +83,14 @@ CONFIG = {
 
 
 # ## The data and the compiled model
-def build(config, initial_epoch=0):
+def build(config, run=None):
     """The compiled model and its data: what `run` trains, and what the
     tools (compare, graph, preview) time, draw and show.
 
     Args:
-        initial_epoch: where a resumed run starts, so that its batches are
-            the ones an uninterrupted run trains on.
+        run: the run it is built for (`run`'s `RecipeRun`), whose batches
+            start at its `initial_epoch`, the ones an uninterrupted run
+            trains on; None (the tools): a fresh start, epoch 0.
     """
     train, execution = config["train"], config["execution"]
     # Every random draw (weights, dropout, the shuffle, augmentation) from
@@ -104,8 +104,8 @@ def build(config, initial_epoch=0):
     # training batches only.
     augmentation = augment.from_config(config["data"], seed=execution["seed"])
     splits = data.load(config["data"], seed=execution["seed"],
-                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch,
-                       augmentation=augmentation)
+                       steps_per_epoch=train["steps_per_epoch"],
+                       initial_epoch=run.initial_epoch if run else 0, augmentation=augmentation)
 
     model = simple_cnn(splits.input_shape, splits.num_classes, **config["model"])
     if splits.augment_on == "device":  # data.augment inside fit's training step
@@ -133,37 +133,37 @@ def build(config, initial_epoch=0):
 
 
 # ## Training and evaluation
-def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
-    """Trains the model `config` describes, writing into `run_dir`, and
+def run(config, run):
+    """Trains the model `config` describes, writing into `run.dir`, and
     evaluates it on the test split.
 
     Args:
-        extra_callbacks: more callbacks for `fit` (the harness's).
-        initial_epoch: the epoch a resumed run starts at (`build`'s).
-        verbose: `fit`'s.
+        run: the kit's `RecipeRun` (keras_course_recipes): the run
+            directory `run.dir`, its callbacks, first in `fit`'s, the
+            `initial_epoch` a resumed run starts at and `fit`'s `verbose`.
 
     Returns:
         The model, its data, the Timing callback and the `test` metrics.
     """
-    experiment = build(config, initial_epoch)
-    model, splits, run_dir = experiment.model, experiment.data, Path(run_dir)
+    experiment = build(config, run)
+    model, splits = experiment.model, experiment.data
 
     timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
     callbacks = [
-        *extra_callbacks,  # the run directory's (keras_course_recipes/runs.py), and the repository's
+        *run.callbacks,  # the kit's: the run directory's (rundir.py), then the harness's
         timing,
-        keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
+        keras.callbacks.CSVLogger(run.dir / "history.csv", append=True),
         # Scalars for `tensorboard --logdir runs`, written through TensorFlow.
-        *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if runs.has_tensorboard() else []),
-        keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
+        *([keras.callbacks.TensorBoard(run.dir / "tensorboard")] if runs.has_tensorboard() else []),
+        keras.callbacks.ModelCheckpoint(run.dir / "checkpoints" / "last.keras"),
         # The whole training state after each epoch, and the one before: run
         # again with the same run.dir, training goes on from the last epoch.
-        keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
+        keras.callbacks.BackupAndRestore(run.dir / "backup", double_checkpoint=True,
                                          delete_checkpoint=False),
     ]
     model.fit(timing.instrument(splits.train), validation_data=splits.validation,
               epochs=config["train"]["epochs"], steps_per_epoch=splits.steps_per_epoch,
-              callbacks=callbacks, verbose=verbose)
+              callbacks=callbacks, verbose=run.verbose)
 
     experiment.test = model.evaluate(splits.test, return_dict=True, verbose=0)
     experiment.timing = timing

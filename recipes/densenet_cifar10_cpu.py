@@ -48,7 +48,6 @@ repository, README), and it trains on its own, checking each
 # directory, checks, lock and resume, the data pipeline, the model's builder
 # and the Timing callback. `runs.start` before Keras loads: run as a program,
 # a Ctrl-C at any moment from there on stops it with one line.
-from pathlib import Path
 from types import SimpleNamespace
 
 try:
@@ -133,13 +132,14 @@ CONFIG_SCHEMA = {"model.test_time_views": [1, 2, 6],
 
 
 # ## The data and the compiled model
-def build(config, initial_epoch=0):
+def build(config, run=None):
     """The compiled model and its data: what `run` trains, and what the
     tools (compare, graph, profile) time, draw and profile.
 
     Args:
-        initial_epoch: where a resumed run starts, so that its batches are
-            the ones an uninterrupted run trains on.
+        run: the run it is built for (`run`'s `RecipeRun`), whose batches
+            start at its `initial_epoch`, the ones an uninterrupted run
+            trains on; None (the tools): a fresh start, epoch 0.
     """
     model_config, train, execution = config["model"], config["train"], config["execution"]
     if model_config["data_format"] == "channels_first" and keras.backend.backend() == "tensorflow":
@@ -153,8 +153,8 @@ def build(config, initial_epoch=0):
     # One-hot labels, for label smoothing.
     augmentation = augment.from_config(config["data"], seed=execution["seed"])
     splits = data.load(config["data"], seed=execution["seed"], one_hot=True,
-                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch,
-                       augmentation=augmentation)
+                       steps_per_epoch=train["steps_per_epoch"],
+                       initial_epoch=run.initial_epoch if run else 0, augmentation=augmentation)
 
     # Per-channel normalization with the training images' statistics,
     # inside the model: a saved model takes plain [0, 1] images.
@@ -387,42 +387,42 @@ class Lookahead(keras.callbacks.Callback):
 
 
 # ## Training and evaluation
-def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
-    """Trains the model `config` describes, writing into `run_dir`, and
+def run(config, run):
+    """Trains the model `config` describes, writing into `run.dir`, and
     evaluates it on the test split over 1, 2 and 6 views of each image.
 
     Args:
-        extra_callbacks: more callbacks for `fit` (the harness's).
-        initial_epoch: the epoch a resumed run starts at (`build`'s).
-        verbose: `fit`'s.
+        run: the kit's `RecipeRun` (keras_course_recipes): the run
+            directory `run.dir`, its callbacks, first in `fit`'s, the
+            `initial_epoch` a resumed run starts at and `fit`'s `verbose`.
 
     Returns:
         The model, its data, the Timing callback and the `test` metrics of
         `model.test_time_views` views.
     """
-    experiment = build(config, initial_epoch)
-    model, splits, run_dir = experiment.model, experiment.data, Path(run_dir)
+    experiment = build(config, run)
+    model, splits = experiment.model, experiment.data
     train = config["train"]
 
     timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
     callbacks = [
-        *extra_callbacks,  # the run directory's (keras_course_recipes/runs.py), and the repository's
+        *run.callbacks,  # the kit's: the run directory's (rundir.py), then the harness's
         timing,
         # Before the logs, the checkpoints and the backup: they record the averaged weights.
         Lookahead(total_steps=train["epochs"] * splits.steps_per_epoch,
                   start_epoch=train["lookahead_start_epoch"], decay=train["lookahead_decay"]),
-        keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
+        keras.callbacks.CSVLogger(run.dir / "history.csv", append=True),
         # Scalars for `tensorboard --logdir runs`, written through TensorFlow.
-        *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if runs.has_tensorboard() else []),
-        keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
+        *([keras.callbacks.TensorBoard(run.dir / "tensorboard")] if runs.has_tensorboard() else []),
+        keras.callbacks.ModelCheckpoint(run.dir / "checkpoints" / "last.keras"),
         # The whole training state after each epoch, and the one before: run
         # again with the same run.dir, training goes on from the last epoch.
-        keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
+        keras.callbacks.BackupAndRestore(run.dir / "backup", double_checkpoint=True,
                                          delete_checkpoint=False),
     ]
     model.fit(timing.instrument(splits.train), validation_data=splits.validation,
               validation_freq=train["validation_freq"], epochs=train["epochs"],
-              steps_per_epoch=splits.steps_per_epoch, callbacks=callbacks, verbose=verbose)
+              steps_per_epoch=splits.steps_per_epoch, callbacks=callbacks, verbose=run.verbose)
 
     # The mean prediction over 1, 2 (mirror) or 6 views (mirror x three
     # shifts), of probabilities or of logits (model.test_time_average), from

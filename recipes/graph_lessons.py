@@ -40,7 +40,6 @@ repository, README), and it runs on its own, checking each
 import contextlib
 import io
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 try:
@@ -214,13 +213,14 @@ def report(lessons):
 
 
 # ## The data and the compiled model
-def build(config, initial_epoch=0):
+def build(config, run=None):
     """The compiled model and its data: what `run` trains, and what the
     tools (compare, graph) time and draw.
 
     Args:
-        initial_epoch: where a resumed run starts, so that its batches are
-            the ones an uninterrupted run trains on.
+        run: the run it is built for (`run`'s `RecipeRun`), whose batches
+            start at its `initial_epoch`, the ones an uninterrupted run
+            trains on; None (the tools): a fresh start, epoch 0.
     """
     train, execution = config["train"], config["execution"]
     keras.utils.set_random_seed(execution["seed"])
@@ -228,7 +228,8 @@ def build(config, initial_epoch=0):
 
     # MNIST's 28 rows of 28 pixels are 28 time steps of 28 features.
     splits = data.load(config["data"], seed=execution["seed"],
-                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch)
+                       steps_per_epoch=train["steps_per_epoch"],
+                       initial_epoch=run.initial_epoch if run else 0)
 
     model = row_lstm(splits.input_shape, splits.num_classes, units=config["model"]["units"])
 
@@ -244,46 +245,44 @@ def build(config, initial_epoch=0):
 
 
 # ## Training and evaluation
-def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
-    """Runs the lessons, writing what they showed to `run_dir/lessons.json`,
-    then trains the model, writing into `run_dir`, and evaluates it.
+def run(config, run):
+    """Runs the lessons, writing what they showed to `run.dir/lessons.json`,
+    then trains the model, writing into `run.dir`, and evaluates it.
 
     Args:
-        extra_callbacks: more callbacks for `fit` (the harness's).
-        initial_epoch: the epoch a resumed run starts at (`build`'s).
-        verbose: `fit`'s.
+        run: the kit's `RecipeRun` (keras_course_recipes): the run
+            directory `run.dir`, its callbacks, first in `fit`'s, the
+            `initial_epoch` a resumed run starts at and `fit`'s `verbose`.
 
     Returns:
         The model, its data, the Timing callback and the `test` metrics.
     """
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log_path = run_dir / "tf_print.log"
+    log_path = run.dir / "tf_print.log"
     log_path.write_text("")
     lessons = {"retracing": retracing(), "printing": printing(log_path),
                "autograph": autograph()}
-    (run_dir / "lessons.json").write_text(json.dumps(lessons, indent=2) + "\n")
+    (run.dir / "lessons.json").write_text(json.dumps(lessons, indent=2) + "\n")
     print(report(lessons), flush=True)
 
-    experiment = build(config, initial_epoch)
+    experiment = build(config, run)
     model, splits = experiment.model, experiment.data
 
     timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
     callbacks = [
-        *extra_callbacks,  # the run directory's (keras_course_recipes/runs.py), and the repository's
+        *run.callbacks,  # the kit's: the run directory's (rundir.py), then the harness's
         timing,
-        keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
+        keras.callbacks.CSVLogger(run.dir / "history.csv", append=True),
         # tensorboard --logdir runs
-        *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if runs.has_tensorboard() else []),
-        keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
+        *([keras.callbacks.TensorBoard(run.dir / "tensorboard")] if runs.has_tensorboard() else []),
+        keras.callbacks.ModelCheckpoint(run.dir / "checkpoints" / "last.keras"),
         # The whole training state after each epoch: run again with the same
-        # run_dir, training goes on from the last finished epoch.
-        keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
+        # run.dir, training goes on from the last finished epoch.
+        keras.callbacks.BackupAndRestore(run.dir / "backup", double_checkpoint=True,
                                          delete_checkpoint=False),
     ]
     model.fit(timing.instrument(splits.train), validation_data=splits.validation,
               epochs=config["train"]["epochs"], steps_per_epoch=splits.steps_per_epoch,
-              callbacks=callbacks, verbose=verbose)
+              callbacks=callbacks, verbose=run.verbose)
 
     experiment.test = model.evaluate(splits.test, return_dict=True, verbose=0)
     experiment.timing = timing

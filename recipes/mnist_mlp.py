@@ -25,7 +25,6 @@ repository, README), and it trains on its own, checking each
 # directory, checks, lock and resume, the data pipeline, the model's builder
 # and the Timing callback. `runs.start` before Keras loads: run as a program,
 # a Ctrl-C at any moment from there on stops it with one line.
-from pathlib import Path
 from types import SimpleNamespace
 
 try:
@@ -78,9 +77,9 @@ CONFIG_SCHEMA = {"train.optimizer": ["rmsprop", "sgd"]}  # keys that take one of
 
 # ## The data and the compiled model
 # `build` is what `run` trains, and what the repository's tools (compare,
-# graph, profile) time and draw. `initial_epoch` is where a resumed run
-# starts, so that its batches are the ones an uninterrupted run trains on.
-def build(config, initial_epoch=0):
+# graph, profile) time and draw. Given `run`, a resumed run's batches start
+# at its `initial_epoch`: the ones an uninterrupted run trains on.
+def build(config, run=None):
     train, execution = config["train"], config["execution"]
     # Every random draw (weights, dropout, the shuffle) from one seed, and the
     # dtype policy, before anything is built.
@@ -90,7 +89,8 @@ def build(config, initial_epoch=0):
     # uint8 images scaled to [0, 1] on whole batches; 10% of the training
     # split is held out for validation, the test split is only for the end.
     splits = data.load(config["data"], seed=execution["seed"],
-                       steps_per_epoch=train["steps_per_epoch"], initial_epoch=initial_epoch)
+                       steps_per_epoch=train["steps_per_epoch"],
+                       initial_epoch=run.initial_epoch if run else 0)
     model = mlp(splits.input_shape, splits.num_classes,
                 hidden_units=config["model"]["hidden_units"], dropout=config["model"]["dropout"])
 
@@ -106,29 +106,29 @@ def build(config, initial_epoch=0):
 
 
 # ## Training and evaluation
-# `run` trains into `run_dir` and evaluates on the test split; it returns the
-# model, its data, the Timing callback and the test metrics.
-# `extra_callbacks` come first: the run directory's (keras_course_recipes/runs.py) and the
-# repository's own.
-def run(config, run_dir, extra_callbacks=(), initial_epoch=0, verbose="auto"):
-    experiment = build(config, initial_epoch)
-    model, splits, run_dir = experiment.model, experiment.data, Path(run_dir)
+# `run` trains into the run directory and evaluates on the test split; it
+# returns the model, its data, the Timing callback and the test metrics. Its
+# `run` is the kit's (keras_course_recipes.RecipeRun): the directory
+# `run.dir`, the epoch to start from, and the kit's callbacks, which come first.
+def run(config, run):
+    experiment = build(config, run)
+    model, splits = experiment.model, experiment.data
     timing = Timing(batch_size=splits.batch_size)  # before the logs: its numbers reach them
     callbacks = [
-        *extra_callbacks,
+        *run.callbacks,
         timing,
-        keras.callbacks.CSVLogger(run_dir / "history.csv", append=True),
+        keras.callbacks.CSVLogger(run.dir / "history.csv", append=True),
         # Scalars for `tensorboard --logdir runs`, written through TensorFlow.
-        *([keras.callbacks.TensorBoard(run_dir / "tensorboard")] if runs.has_tensorboard() else []),
-        keras.callbacks.ModelCheckpoint(run_dir / "checkpoints" / "last.keras"),
+        *([keras.callbacks.TensorBoard(run.dir / "tensorboard")] if runs.has_tensorboard() else []),
+        keras.callbacks.ModelCheckpoint(run.dir / "checkpoints" / "last.keras"),
         # The whole training state after each epoch, and the one before: run
         # again with the same run.dir, training goes on from the last epoch.
-        keras.callbacks.BackupAndRestore(run_dir / "backup", double_checkpoint=True,
+        keras.callbacks.BackupAndRestore(run.dir / "backup", double_checkpoint=True,
                                          delete_checkpoint=False),
     ]
     model.fit(timing.instrument(splits.train), validation_data=splits.validation,
               epochs=config["train"]["epochs"], steps_per_epoch=splits.steps_per_epoch,
-              callbacks=callbacks, verbose=verbose)
+              callbacks=callbacks, verbose=run.verbose)
     experiment.test = model.evaluate(splits.test, return_dict=True, verbose=0)
     experiment.timing = timing
     return experiment

@@ -339,16 +339,16 @@ def failing_allocation(epoch):
                   "        raise tf.errors.ResourceExhaustedError(\n"
                   "            None, None, 'OOM when allocating tensor with shape[16,512]')\n\n\n")
         changed = text.replace("def run(", raiser + "def run(", 1).replace(
-            "*extra_callbacks,", "*extra_callbacks, keras.callbacks.LambdaCallback("
+            "*run.callbacks,", "*run.callbacks, keras.callbacks.LambdaCallback("
             "on_epoch_begin=_allocation_fails),", 1)
         if "_allocation_fails)" not in changed:
-            raise SetupFailed("mnist_mlp.py's run has no `*extra_callbacks,` to add one after")
+            raise SetupFailed("mnist_mlp.py's run has no `*run.callbacks,` to add one after")
         return changed
     return edit("copy/mnist_mlp.py", change)
 
 RESUME = "train.epochs=3"  # a stopped_run's 2 epochs, and one more
 CASES = [
-    # -- values at and past the edge of each range (LIMITS, LIMITS_BY_NAME, CHOICES)
+    # -- values at and past the edge of each range (LIMITS, CHOICES, a recipe's CONFIG_SCHEMA)
     Case("train.epochs=0", run("train.epochs=0"), REFUSED),
     Case("train.epochs negative", run("train.epochs=-3"), REFUSED),
     Case("train.epochs a fraction", run("train.epochs=2.5"), REFUSED),

@@ -25,11 +25,11 @@ def copy_list(module):
 
 
 PACKAGE = "keras_course_recipes"
-# The run's path, the same as `recipes run`'s (harness.py), with the callbacks it adds.
+# The run's path, the same as `recipes run`'s (harness.py), with the callbacks every run adds;
+# not those a setting asks for (callbacks.graph, callbacks.diagnostics), loaded by name.
 KIT = [f"{PACKAGE}/{path}" for path in (
     "__init__.py", "_config.py", "_distribute.py", "_environment.py", "callbacks/__init__.py",
-    "callbacks/best_checkpoint.py", "callbacks/diagnostics.py",
-    "callbacks/execution_mode_check.py", "callbacks/graph_writer.py",
+    "callbacks/best_checkpoint.py", "callbacks/execution_mode_check.py",
     "callbacks/run_estimate.py", "callbacks/timing.py", "data.py", "errors.py", "harness.py",
     "models/__init__.py", "rundir.py", "runs.py", "settings.py")]
 
@@ -38,12 +38,30 @@ KIT = [f"{PACKAGE}/{path}" for path in (
     ("mnist_mlp", "models/mlp.py", False), ("cifar10_cnn", "models/simple_cnn.py", True),
     ("densenet_cifar10_cpu", "models/densenet_whitened.py", True)])
 def test_the_copy_holds_what_the_recipe_imports_and_what_that_imports(module, model, augments):
-    """keras_course_recipes/folder.py, which data.py loads by name for a folder, is left
-    out; the builders and callbacks go where the package has them, not where the
+    """keras_course_recipes/folder.py, which data.py loads by name for a folder, and the
+    callbacks the harness loads by name where a setting asks for them, are left out;
+    the builders and callbacks go where the package has them, not where the
     repository keeps them."""
     augmenting = [f"{PACKAGE}/augment.py"] if augments else []
     assert copy_list(module) == sorted([*KIT, f"{PACKAGE}/{model}", *augmenting])
     assert kit_files(ROOT / "recipes" / f"{module}.py")[f"{PACKAGE}/{model}"] == ROOT / model
+
+
+def test_a_callback_a_copy_lacks_is_one_line_naming_the_setting_and_the_file():
+    """What `recipes copy` leaves out (tools/copy.py's OPTIONAL), the harness loads by
+    name, and a copy without it says what to copy."""
+    from keras_course_recipes import harness
+    from keras_course_recipes.tools.copy import OPTIONAL
+
+    assert harness.asked_callback("graph_writer", "callbacks.graph").GraphWriter
+    with pytest.raises(kit.UserError) as refused:
+        harness.asked_callback("absent_writer", "callbacks.graph")
+    assert str(refused.value) == (
+        "callbacks.graph=true writes with keras_course_recipes/callbacks/absent_writer.py: copy "
+        "it from the repository beside keras_course_recipes/callbacks/timing.py.")
+    assert not set(OPTIONAL) & set(copy_list("mnist_mlp"))
+    assert all((ROOT / path.removeprefix(f"{PACKAGE}/")).is_file() or (ROOT / path).is_file()
+               for path in OPTIONAL)
 
 
 def copied(module, folder):
@@ -177,10 +195,12 @@ def test_a_copied_recipe_refuses_what_the_repository_refuses_before_anything_is_
     assert err.count("\n") == 1 and not list(tmp_path.glob("runs/*/*"))  # no run directory
 
 
-@pytest.mark.parametrize("module", kit.MODULES)
-def test_the_copy_and_the_repository_resolve_a_recipe_alike(module):
-    """The same checks and the same values, the execution mode included:
-    null is the backend's compiled step (on TensorFlow, graph)."""
+def check_resolves_alike(module):
+    """The rule: recipe module `module` resolves through a copy's path
+    (runs.main's: the module's own objects) as through the repository's
+    (`recipes run`'s: its file read), with the same checks and the same values,
+    the execution mode included: null is the backend's compiled step (on
+    TensorFlow, graph)."""
     recipe = kit.load(module)
     from keras_course_recipes import _config
 
@@ -193,6 +213,11 @@ def test_the_copy_and_the_repository_resolve_a_recipe_alike(module):
     assert repository["execution"]["mode"] == "graph"
 
 
+@pytest.mark.parametrize("module", kit.MODULES)
+def test_the_copy_and_the_repository_resolve_a_recipe_alike(module):
+    check_resolves_alike(module)
+
+
 # What a student copies: every one of these calls is in each recipe's own code.
 KERAS_CALLS = ["keras.utils.set_random_seed(", "keras.mixed_precision.set_global_policy(",
                "data.load(", ".compile(", "run_eagerly=", "jit_compile=", ".fit(",
@@ -200,14 +225,19 @@ KERAS_CALLS = ["keras.utils.set_random_seed(", "keras.mixed_precision.set_global
                "keras.callbacks.BackupAndRestore(", "keras.callbacks.CSVLogger(", "Timing("]
 
 
-@pytest.mark.parametrize("module", kit.MODULES)
-def test_every_call_a_student_would_copy_is_in_the_recipe_and_the_harness_is_not(module):
-    source = (ROOT / "recipes" / f"{module}.py").read_text()
+def check_shows_what_a_student_copies(source):
+    """The rule, on a recipe file's text `source`: every one of KERAS_CALLS is in
+    it, and nothing of the harness is imported."""
     assert [call for call in KERAS_CALLS if call not in source] == []
     imported = {node.module for node in ast.walk(ast.parse(source))
                 if isinstance(node, ast.ImportFrom)}
     assert not {"keras_course_recipes.harness", "keras_course_recipes._config", "keras_course_recipes._environment"} & imported
     assert "harness" not in re.findall(r"from keras_course_recipes import (\w+)", source)
+
+
+@pytest.mark.parametrize("module", kit.MODULES)
+def test_every_call_a_student_would_copy_is_in_the_recipe_and_the_harness_is_not(module):
+    check_shows_what_a_student_copies((ROOT / "recipes" / f"{module}.py").read_text())
 
 
 def test_the_docs_list_the_files_a_copy_carries():
@@ -218,13 +248,19 @@ def test_the_docs_list_the_files_a_copy_carries():
 
 
 @pytest.mark.slow
-def test_a_copy_without_the_folder_module_says_to_copy_it(tmp_path, fresh_pythons):
-    """`copy` leaves keras_course_recipes/folder.py out: it is for data.source=folder only."""
+@pytest.mark.parametrize("setting, message", [
+    ("data.source=folder", "reads image folders with keras_course_recipes/folder.py: copy it"),
+    ("callbacks.graph=true", "writes with keras_course_recipes/callbacks/graph_writer.py: copy it")])
+def test_a_copy_without_a_module_a_setting_asks_for_says_to_copy_it(setting, message, tmp_path,
+                                                                     fresh_pythons):
+    """`copy` leaves out what a run loads only where a setting asks for it:
+    keras_course_recipes/folder.py for data.source=folder, the graph writer for
+    callbacks.graph."""
     folder = copied("mnist_mlp", tmp_path / "my_project")
-    result = run_copy(fresh_pythons.bare, folder, "mnist_mlp", "data.source=folder",
-                      f"data.path={tmp_path}")
+    result = run_copy(fresh_pythons.bare, folder, "mnist_mlp", setting, f"data.path={tmp_path}",
+                      *([] if "folder" in setting else TINY_COPY))
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert "reads image folders with keras_course_recipes/folder.py: copy it" in result.stderr
+    assert message in result.stderr
 
 
 def test_two_copies_started_in_the_same_second_get_two_run_directories(tmp_path, monkeypatch):

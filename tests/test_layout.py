@@ -21,12 +21,29 @@ def _top_level_functions(path):
             if isinstance(node, ast.FunctionDef)}
 
 
+# A recipe's contract with the kit: the config, and the kit's RecipeRun (None: a fresh start).
+CONTRACT = {"build": "config, run=None", "run": "config, run"}
+
+
+def contract_of(source):
+    """{name: its parameters as written} of the top-level `build` and `run` in the
+    recipe file's text `source` (those it defines)."""
+    return {node.name: ast.unparse(node.args) for node in ast.parse(source).body
+            if isinstance(node, ast.FunctionDef) and node.name in CONTRACT}
+
+
 def test_modules_names_every_recipe_module_and_nothing_else():
     with_build_and_run = {path.stem for path in (ROOT / "recipes").glob("*.py")
                           if {"build", "run"} <= _top_level_functions(path)}
     assert with_build_and_run, "no module with build and run found: the search is broken"
     assert set(kit.MODULES) == with_build_and_run
     assert len(kit.MODULES) == len(set(kit.MODULES))
+
+
+@pytest.mark.parametrize("module", kit.MODULES)
+def test_every_recipe_takes_the_config_and_the_kits_run(module):
+    """`build(config, run=None)` and `run(config, run)`: what the harness and the tools call."""
+    assert contract_of((ROOT / "recipes" / f"{module}.py").read_text()) == CONTRACT
 
 
 def _readme_commands():

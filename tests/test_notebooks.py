@@ -23,21 +23,29 @@ TINY_CONFIG = ('CONFIG["data"].update(source="synthetic", synthetic_examples=64,
                'CONFIG["train"].update(epochs=1, steps_per_epoch=2)\n')
 
 
-@pytest.mark.parametrize("module", kit.MODULES)
-def test_each_notebook_is_its_recipe_rendered_now(module):
-    written = (ROOT / "notebooks" / f"{module}.ipynb").read_text()
-    assert written == notebooks.text(module), "stale: run `make notebooks`"
-    nbformat.validate(nbformat.reads(written, as_version=4))
-
-
-def test_a_notebook_holds_the_recipe_code_and_its_sections_as_text():
-    cells = notebooks.notebook("mnist_mlp")["cells"]
+def check_renders(module):
+    """The rule: recipe module `module` renders as a valid notebook (what `make
+    notebooks` writes) whose code cells hold every line of its code; returns its cells."""
+    nbformat.validate(nbformat.reads(notebooks.text(module), as_version=4))
+    cells = notebooks.notebook(module)["cells"]
     code = "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code")
-    source = (ROOT / "recipes" / "mnist_mlp.py").read_text()
+    source = (kit.RECIPES_DIR / f"{module}.py").read_text()
     body = source.splitlines()[ast.parse(source).body[0].end_lineno:]  # after the docstring
     for line in body:
         if line and not line.startswith("# ") and line != "#" and '"""' not in line:
             assert line in code, line
+    return cells
+
+
+@pytest.mark.parametrize("module", kit.MODULES)
+def test_each_notebook_is_its_recipe_rendered_now(module):
+    written = (ROOT / "notebooks" / f"{module}.ipynb").read_text()
+    assert written == notebooks.text(module), "stale: run `make notebooks`"
+    check_renders(module)
+
+
+def test_a_notebook_holds_the_recipe_code_and_its_sections_as_text():
+    cells = check_renders("mnist_mlp")
     headings = [cell["source"][0].strip() for cell in cells if cell["cell_type"] == "markdown"]
     assert headings[0].startswith("# MLP on MNIST")
     assert headings[1:] == ["## Setup", "## Configuration", "## The data and the compiled model",

@@ -14,7 +14,12 @@ from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import Command
 
 PACKAGE = "keras_course_recipes"
-OPTIONAL = f"{PACKAGE}/folder.py"  # data.py loads it by name, only for data.source=folder
+# What a run loads by name, only where a setting asks for it (data.py's folder reader, the
+# harness's callbacks.graph and callbacks.diagnostics): left out, and named after the copy's
+# files. A copy needs what a default run imports, and nothing more.
+OPTIONAL = {f"{PACKAGE}/folder.py": "data.source=folder",
+            f"{PACKAGE}/callbacks/graph_writer.py": "callbacks.graph=true",
+            f"{PACKAGE}/callbacks/diagnostics.py": "callbacks.diagnostics=true"}
 # The copy's keras_course_recipes/ comes first on `python -m`'s path in its folder and
 # hides an installed kit's command line: its __main__ says so, in one line.
 SHADOW = f"{PACKAGE}/__main__.py"
@@ -130,9 +135,11 @@ def main(name, folder):
         print(f"{lines:6,}  {path}")
     print(f"{sum(lines for _, lines in copied):6,}  in all: cd {folder} && python {name}.py "
           "data.source=synthetic train.epochs=1")
-    optional = len((kit.PACKAGE_DIR / "folder.py").read_text().splitlines())
-    print(f"for data.source=folder, copy {OPTIONAL} too ({optional:,} lines); where the kit is "
-          f"installed, {name}.py alone is enough")
+    for path, setting in OPTIONAL.items():
+        source = _spec(path.removesuffix(".py").replace("/", ".")).origin
+        lines = len(Path(source).read_text().splitlines())
+        print(f"for {setting}, copy {path} too ({lines:,} lines)")
+    print(f"where the kit is installed, {name}.py alone is enough")
 
 
 def _arguments(parser):
