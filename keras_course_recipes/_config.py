@@ -187,9 +187,9 @@ def _check_backend(config, only, setting=None):
 
 
 def recipe_schema(module):
-    """The `CONFIG_SCHEMA` of recipe module `module`: `{key: type name or list
-    of choices}` for the keys its CONFIG adds whose value there does not tell
-    their type (None: "the variant's") or that take one of a few values."""
+    """The `CONFIG_SCHEMA` of recipe module `module`, as its file writes it: the
+    types, choices, bounds and cross-checks of the keys its CONFIG adds
+    (`settings.declarations` reads it)."""
     return recipe_values(module)[1]
 
 

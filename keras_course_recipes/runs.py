@@ -7,8 +7,8 @@ here: a run directory that is locked and resumes at its last finished epoch
 can fix is one line. A Ctrl-C or SIGTERM at any moment, from `start` on, stops
 the run with one line that says what was saved.
 
-    if __name__ == "__main__":  # python mnist_mlp.py key=value, %run, or a notebook cell
-        experiment = runs.main("mnist_mlp", CONFIG, run, CONFIG_SCHEMA)
+    if __name__ == "__main__":  # python NAME.py key=value, %run, or a notebook cell
+        experiment = runs.main("NAME", CONFIG, run, CONFIG_SCHEMA)
 
 Keras is imported only when training starts: the repository checks a config
 before Keras starts, to choose its backend.
@@ -124,10 +124,10 @@ def main(name, config, run, schema=None):
     run NAME` (`harness.train`: the same checks, run directory, files and
     metrics.json), and returns what `run` returns, with `metrics`, what
     metrics.json holds. The settings are `config`, the recipe's CONFIG (with its
-    `schema`), under the command line's overrides; `build`, where the caller
-    defines it, checks a resumed run's backup before training. What a user can
-    fix is one line on stderr and `exit_status`'s exit status; in a notebook,
-    the line and None."""
+    `schema`, else the caller's CONFIG_SCHEMA), under the command line's
+    overrides; `build`, where the caller defines it, checks a resumed run's
+    backup before training. What a user can fix is one line on stderr and
+    `exit_status`'s exit status; in a notebook, the line and None."""
     import keras
 
     caller = inspect.currentframe().f_back.f_globals  # the recipe's file, or a notebook's
@@ -149,7 +149,7 @@ def main(name, config, run, schema=None):
                 config, overrides, started,
                 Path(caller["__file__"]).name if ran_as_file else f"{name}.py")
             config = _config.settle(
-                name, config, schema, [(
+                name, config, caller.get("CONFIG_SCHEMA") if schema is None else schema, [(
                     "by the backend Keras loaded", {"execution": {"backend": started}})],
                 overrides, announce=print, only=caller.get("TENSORFLOW_ONLY"),
                 declared=written_keys(caller["__file__"], "CONFIG") if "__file__" in caller else (),

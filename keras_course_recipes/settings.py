@@ -1,13 +1,16 @@
-"""A recipe's settings: every key's type, choices and range, and the checks
-that give a wrong `key=value` (or a key set in CONFIG) one line that names
-it, before Keras starts. `resolve` layers them: defaults < the recipe's
-CONFIG < YAML files < the command line."""
+"""A recipe's settings: the shared keys' types, choices and ranges, a recipe's
+own keys' as its `CONFIG_SCHEMA` declares them (`declarations`), and the
+checks that give a wrong `key=value` (or a key set in CONFIG) one line that
+names it, before Keras starts. `resolve` layers them: defaults < the
+recipe's CONFIG < YAML files < the command line. No recipe and none of a
+recipe's own keys is named here: a recipe's file declares them."""
 
 import ast
 import copy
 import difflib
 import functools
 import math
+import operator
 from pathlib import Path
 
 import yaml
@@ -48,10 +51,19 @@ DEFAULTS = {
 BACKEND_MODES = {"tensorflow": ("eager", "graph", "xla"), "jax": ("eager", "xla"),
                  "torch": ("eager", "xla")}
 COMPILED_MODE = {"tensorflow": "graph", "jax": "xla", "torch": "eager"}
-# Types a key's default does not show (a key whose default is None also takes null).
-TYPES = {"data.dir": str, "data.path": str, "train.steps_per_epoch": int, "run.dir": str,
-         "run.verbose": (str, int), "execution.mode": str, "execution.onednn": bool,
-         "callbacks.profile": (str, int, list), "execution.devices": str}
+# The train keys the kit reads: every recipe's CONFIG has the first three, and the harness
+# and the run directory read the other two where a recipe's CONFIG has them (its
+# CONFIG_SCHEMA gives train.schedule's choices). The rest of the train section, and the
+# whole model section, are the recipe's own.
+TRAIN_KEYS = ("epochs", "steps_per_epoch", "lr", "validation_freq", "schedule")
+# Types a key's default does not show (a key whose default is None also takes null, and of
+# the train keys, steps_per_epoch: null is one pass).
+TYPES = {"data.dir": str, "data.path": str, "train.epochs": int, "train.steps_per_epoch": int,
+         "train.lr": float, "train.validation_freq": int, "train.schedule": str,
+         "run.dir": str, "run.verbose": (str, int), "execution.mode": str,
+         "execution.onednn": bool, "callbacks.profile": (str, int, list),
+         "execution.devices": str}
+NULLABLE = {"train.steps_per_epoch"}
 CHOICES = {"execution.backend": list(BACKEND_MODES),
            "execution.strategy": ["none", "mirrored", "multi_worker"],
            # What every recipe logs: a metric it does not log could never pick a best epoch.
@@ -62,13 +74,13 @@ CHOICES = {"execution.backend": list(BACKEND_MODES),
            "execution.mode": ["eager", "graph", "xla"],
            "execution.precision": ["float32", "mixed_float16", "mixed_bfloat16"],
            "run.verbose": ["auto", 0, 1, 2]}
-ONE, ZERO = (lambda v: v >= 1, "at least 1"), (lambda v: v >= 0, "at least 0")
+ONE = (lambda v: v >= 1, "at least 1")
 FRACTION = (lambda v: 0 <= v < 1, "at least 0 and below 1")
 POSITIVE = (lambda v: math.isfinite(v) and v > 0, "a finite number above 0")
-WIDTHS = (lambda v: len(v) >= 1 and all(n >= 1 for n in v), "a list of widths, each at least 1")
-# Every number's range: by key, or for a recipe's own keys by the key's last part.
+# Every shared number's range, by key; a recipe's own keys' are in its CONFIG_SCHEMA.
 LIMITS = {
-    "train.epochs": ONE, "train.lr": POSITIVE, "data.batch_size": ONE,
+    "train.epochs": ONE, "train.lr": POSITIVE, "train.validation_freq": ONE,
+    "data.batch_size": ONE,
     "data.synthetic_examples": ONE, "data.shuffle_buffer": ONE, "execution.steps_per_execution": ONE,
     "train.steps_per_epoch": (lambda v: v >= 1, "at least 1, or null for one pass"),
     "data.validation_split": (FRACTION[0], "at least 0 and below 1 (0: validate on the test split)"),
@@ -76,42 +88,17 @@ LIMITS = {
     "run.dir": (lambda v: v.strip() != "", "a folder's path, not empty (null: runs/NAME/<timestamp>)"),
     "execution.timeout_s": (lambda v: v > 0, "above 0"),
 }
-LIMITS_BY_NAME = {
-    **dict.fromkeys(["dropout", "conv_dropout", "dense_dropout", "label_smoothing", "momentum",
-                     "batch_norm_momentum", "muon_momentum"], FRACTION),
-    **dict.fromkeys(["bias_lr_scale", "muon_lr"], POSITIVE),
-    **dict.fromkeys(["weight_decay", "lr_decay"], (lambda v: math.isfinite(v) and v >= 0,
-                                                   "a finite number, at least 0")),
-    **dict.fromkeys(["dense_units", "init_filters", "depth", "growth_rate", "whitening_images",
-                     "validation_freq"], ONE),
-    **dict.fromkeys(["warmup_epochs", "layers_per_block", "whitening_bias_epochs",
-                     "lookahead_start_epoch"], ZERO),
-    **dict.fromkeys(["widths", "growth_rates"], WIDTHS),
-    "hidden_units": (lambda v: all(n >= 1 for n in v), "a list of layer widths, each at least 1"),
-    "filters": (lambda v: all(n >= 1 for n in v), WIDTHS[1]),
-    "units": (lambda v: v >= 1 if isinstance(v, int) else all(n >= 1 for n in v), "at least 1"),
-    "compression": (lambda v: 0 < v <= 1, "above 0 and at most 1"),
-    "lookahead_decay": (lambda v: 0 < v < 1, "above 0 and below 1"),
-}
-# A recipe's own keys are typed by their value in CONFIG, unless their name says more: a
-# student's `"epochs": "2"` or `"hidden_units": 512` is then one line, not a traceback in Keras.
-TYPES_BY_NAME = {
-    **dict.fromkeys(["epochs", "validation_freq", "dense_units", "init_filters", "depth",
-                     "growth_rate", "whitening_images", "warmup_epochs", "layers_per_block",
-                     "whitening_bias_epochs", "lookahead_start_epoch"], int),
-    **dict.fromkeys(["lr", "dropout", "conv_dropout", "dense_dropout", "label_smoothing",
-                     "momentum", "batch_norm_momentum", "muon_momentum", "bias_lr_scale",
-                     "muon_lr", "weight_decay", "lr_decay", "compression", "lookahead_decay"],
-                    float),
-    **dict.fromkeys(["hidden_units", "filters", "widths", "growth_rates"], list),
-    "units": (int, list),
-}
 # How alike a key the defaults lack and another key of its section may be before it
 # reads as a misspelling of it ("droput" and "dropout" are 0.92; "momentum" and
 # "muon_momentum", both real keys, 0.76).
 NEAR_MISS = 0.85
 TYPE_NAMES = {bool: "true/false", int: "an integer", float: "a number", str: "a string",
               list: "a list", dict: "a mapping"}
+# A CONFIG_SCHEMA's words (`declarations`): type names, the bounds, and the cross-checks.
+TYPES_NAMED = {"bool": bool, "int": int, "float": float, "str": str, "list": list, "dict": dict}
+BOUNDS = {"at_least": (operator.ge, "at least"), "above": (operator.gt, "above"),
+          "at_most": (operator.le, "at most"), "below": (operator.lt, "below")}
+WORDS = {"type", "items", "choices", *BOUNDS, "min_length", "same_length_as", "needs"}
 
 
 def defaults(recipe_config, folder=Path(__file__).parent):
@@ -125,34 +112,42 @@ def resolve(name, defaults, config, layers=(), overrides=(), schema=None, announ
             origin=None, declared=()):
     """Recipe `name`'s settings, `recipe: name` first, as `Settings`: `defaults` <
     its `config` (the CONFIG object, written `origin`), which may add keys of its
-    own, typed by `schema` (a type's name, or a list of choices), `TYPES_BY_NAME`
-    or their value < each `(origin, mapping)` of `layers` < the `key=value`
-    overrides, each told to `announce`. Every value is `check`ed, and a key of
-    the recipe's own that reads as a misspelling of its neighbour is refused.
-    `declared`: the keys the recipe's file writes in its CONFIG (`written_keys`),
-    so that one a later change to CONFIG dropped is not called unknown.
+    own, declared by `schema` (its `CONFIG_SCHEMA`: `declarations`) or typed by
+    their value < each `(origin, mapping)` of `layers` < the `key=value`
+    overrides, each told to `announce`. Every value is `check`ed, the schema's
+    cross-checks once every layer is applied, and a key of the recipe's own that
+    reads as a misspelling of its neighbour is refused. `declared`: the keys the
+    recipe's file writes in its CONFIG (`written_keys`), so that one a later
+    change to CONFIG dropped is not called unknown.
 
-    A key of the recipe's own takes None where its type is declared (`TYPES`, a
-    type's name in `schema`: "None: the variant's") or where nothing says what
-    it takes; where its name says (`"lr": None`) or its choices do, None is no
-    value, and one line."""
+    A key of the recipe's own takes None where its declared type says "null"
+    (`"type": ["int", "null"]`: "None: the variant's"), or where nothing says
+    what it takes; where its type is declared without null (`TYPES`' `train.lr`,
+    a schema's `"type": "list"`) or its choices are, None is no value, and one
+    line."""
     tree = copy.deepcopy(defaults)
-    types, choices, limits = dict(TYPES), dict(CHOICES), LIMITS
-    for key, entry in (schema or {}).items():
-        if isinstance(entry, list):
-            choices[key] = entry
-        else:
-            types[key] = {"bool": bool, "int": int, "float": float, "str": str, "list": list}[entry]
+    rules = declarations(schema)
     nullable = {key for key, value in flatten(tree).items() if value is None}
 
     def entry(key, value, own=False):  # (type, nullable, choices, list items' type, range)
-        leaf = key.rpartition(".")[2]
-        named = TYPES_BY_NAME.get(leaf) if own else None
-        null = (key in types or (value is None and named is None and key not in choices)
-                if own else value is None or key in nullable)
+        rule = rules.get(key, {})
+        named = rule.get("type", ())
+        kinds = tuple(kind for kind in named if kind is not type(None))
         # object: a key whose value is None and whose type nothing declares takes any value
-        return (types.get(key) or named or (object if value is None else type(value)), null,
-                choices.get(key), _number_items(value), limits.get(key) or LIMITS_BY_NAME.get(leaf))
+        expected = ((kinds[0] if len(kinds) == 1 else kinds) if kinds else
+                    TYPES.get(key) or (object if value is None else type(value)))
+        choices = rule.get("choices", CHOICES.get(key))
+        if named:
+            null = type(None) in named
+        elif own:
+            null = key in NULLABLE or (value is None and key not in TYPES and choices is None)
+        else:
+            null = value is None or key in nullable
+        items = rule.get("items") or _number_items(value)
+        return (expected, null, choices, items,
+                _both(LIMITS.get(key), _declared_limit(
+                    rule, kinds or (expected if isinstance(expected, tuple) else (expected,)),
+                    items)))
 
     known = {key: entry(key, value) for key, value in flatten(tree).items()}
     origin = origin or f"in {name}.py's CONFIG"
@@ -177,22 +172,148 @@ def resolve(name, defaults, config, layers=(), overrides=(), schema=None, announ
             announce(f"override: {key} = {value!r}")
     tree = Settings.of({"recipe": name, **tree})
     _check_dataset(tree["data"]["name"])
-    model, train = tree.get("model", {}), tree["train"]
-    if "widths" in model and len(model["widths"]) != len(model.get("growth_rates", [])):
-        raise UserError(f"model.widths and model.growth_rates need one entry per block each; got "
-                        f"{model['widths']} and {model.get('growth_rates')}.")
-    if train.get("warmup_epochs") and train.get("schedule") == "step":
-        raise UserError("train.warmup_epochs works with train.schedule=cosine or constant; "
-                        "the step schedule (the paper's) has no warm-up. Set one of them.")
-    if train.get("warmup_epochs") and train["warmup_epochs"] >= train["epochs"]:
-        raise UserError(f"train.warmup_epochs={train['warmup_epochs']} leaves no epoch of the "
-                        f"{train['epochs']} to train after it; lower it.")
+    _cross_check(flatten(tree), rules)
+    train = tree["train"]
     if train.get("validation_freq", 1) > train["epochs"]:
         raise UserError(f"train.validation_freq={train['validation_freq']} is above "
                         f"train.epochs={train['epochs']}: the run would never validate, nor save "
                         f"checkpoints/best.keras; use {train['epochs']} to validate after the "
                         "last epoch only.")
     return tree
+
+
+def declarations(schema):
+    """A recipe's `CONFIG_SCHEMA`, the declaration of its own keys beside its
+    CONFIG, as {dotted key: rule}; a `UserError` for a word it does not know.
+    A recipe declares every key of its own (the model section, and the train
+    keys besides `TRAIN_KEYS`) whose type, choices or range its CONFIG's value
+    does not say, in a literal the kit reads without running the recipe:
+
+        CONFIG_SCHEMA = {
+            "model.rate": {"type": "float", "above": 0, "at_most": 1},
+            "model.size": {"type": ["int", "null"], "at_least": 1},  # None: the variant's
+            "model.sizes": {"type": "list", "items": "int", "at_least": 1, "min_length": 1,
+                            "same_length_as": "model.strides"},
+            "train.ramp_epochs": {"type": "int", "at_least": 0, "below": "train.epochs",
+                                  "needs": {"train.schedule": ["cosine", "constant"]}},
+            "train.solver": ["sgd", "adam"],  # a list: its choices
+            "model.gated": "bool",  # a type's name: {"type": "bool"}
+        }
+
+    A rule's words:
+    - `type`: bool, int, float, str, list or dict, or a list of them; `null`
+      among them lets the key take None. Without it, CONFIG's value's type.
+    - `items`: a list's items' type, int or float.
+    - `choices`: the values it takes.
+    - `at_least`, `above`, `at_most`, `below`: a number bounds the value (each
+      number of a list); a float is finite besides. A dotted key instead
+      compares the value with that key's, once every layer is applied.
+    - `min_length`: a list's fewest entries.
+    - `same_length_as`: a dotted key whose list has as many entries.
+    - `needs`: {dotted key: [values]}: where this key is set (not 0, false,
+      null or empty), each key named holds one of its values.
+    A value out of its rule is one line that names the key. The shared keys'
+    checks are `TYPES`, `CHOICES` and `LIMITS`, and the same for every recipe."""
+    rules = {}
+    for key, declared in (schema or {}).items():
+        rule = ({"choices": declared} if isinstance(declared, list) else
+                {"type": declared} if isinstance(declared, str) else declared)
+        where = f"CONFIG_SCHEMA's '{key}'"
+        if not isinstance(rule, dict) or set(rule) - WORDS:
+            raise UserError(f"{where} must be a type's name, a list of choices or a mapping of "
+                            f"the words {', '.join(sorted(WORDS))}; got {declared!r}.")
+        rule = dict(rule)
+        if "type" in rule:
+            names = rule["type"] if isinstance(rule["type"], list) else [rule["type"]]
+            unknown = [name for name in names if name not in TYPES_NAMED and name != "null"]
+            if unknown:
+                raise UserError(f"{where} has the type {unknown[0]!r}; types are "
+                                f"{', '.join(TYPES_NAMED)} and null.")
+            rule["type"] = tuple(TYPES_NAMED.get(name, type(None)) for name in names)
+        if "items" in rule:
+            if rule["items"] not in ("int", "float"):
+                raise UserError(f"{where}'s items are int or float, not {rule['items']!r}.")
+            rule["items"] = TYPES_NAMED[rule["items"]]
+        wrong = next((word for word in (*BOUNDS, "same_length_as") if word in rule
+                      and not (_is_number(rule[word]) or isinstance(rule[word], str))), None)
+        if wrong or not isinstance(rule.get("needs", {}), dict):
+            raise UserError(f"{where}'s '{wrong or 'needs'}' takes "
+                            + ("a number or a dotted key" if wrong else
+                               "a mapping of dotted keys to lists of values")
+                            + f"; got {rule[wrong or 'needs']!r}.")
+        rules[key] = rule
+    return rules
+
+
+def _declared_limit(rule, kinds, items):
+    """(test, what it needs) of a rule's numeric bounds and `min_length`, for a
+    key of the types `kinds` (Python's) whose list items are `items`; None
+    without any."""
+    bounds = [(word, rule[word]) for word in BOUNDS if _is_number(rule.get(word))]
+    least = rule.get("min_length")
+    if not bounds and least is None:
+        return None
+    tests = [(BOUNDS[word][0], number) for word, number in bounds]
+    needs = " and ".join(f"{BOUNDS[word][1]} {number}" for word, number in bounds)
+    if float in kinds and not any(word in ("at_most", "below") for word, _ in bounds):
+        needs = ("a finite number" + (", " if needs.startswith("at ") else " ") + needs).strip()
+    if list in kinds:
+        noun = "integers" if items is int else "numbers"
+        head = (f"a non-empty list of {noun}" if least == 1 else
+                f"a list of at least {least} {noun}" if least else f"a list of {noun}")
+        each = f"{head}, each {needs}" if needs else head
+        needs = each if set(kinds) <= {list} else f"{needs}, or {each}"
+
+    def within(value):
+        if isinstance(value, list) and least and len(value) < least:
+            return False
+        return all((not isinstance(number, float) or math.isfinite(number))
+                   and all(compare(number, bound) for compare, bound in tests)
+                   for number in (value if isinstance(value, list) else [value]))
+
+    return within, needs
+
+
+def _both(first, second):
+    """One (test, what it needs) of two, either of which may be None."""
+    if first is None or second is None:
+        return first or second
+    return (lambda v: first[0](v) and second[0](v)), f"{first[1]} and {second[1]}"
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _cross_check(flat, rules):
+    """Refuses settings (`flatten`ed) that break a rule's cross-checks (`declarations`:
+    a bound that names a key, `same_length_as`, `needs`), in one line naming both keys."""
+    for key, rule in rules.items():
+        if key not in flat:
+            continue
+        value = flat[key]
+        others = [rule[word] for word in BOUNDS if isinstance(rule.get(word), str)]
+        others += [rule["same_length_as"]] if "same_length_as" in rule else []
+        others += list(rule.get("needs", {})) if value else []
+        lacking = next((other for other in others if other not in flat), None)
+        if lacking:
+            raise UserError(f"CONFIG_SCHEMA's '{key}' names '{lacking}', which the settings "
+                            "lack: name a key of CONFIG.")
+        for word, (compare, words) in BOUNDS.items():
+            other = rule.get(word)
+            if (isinstance(other, str) and _is_number(value) and _is_number(flat[other])
+                    and not compare(value, flat[other])):
+                raise UserError(f"{key}={value} must be {words} {other}={flat[other]}; change "
+                                "one of them.")
+        other = rule.get("same_length_as")
+        if (other and isinstance(value, list) and isinstance(flat[other], list)
+                and len(value) != len(flat[other])):
+            raise UserError(f"{key} and {other} need the same number of entries; got {value} "
+                            f"and {flat[other]}.")
+        for other, values in rule.get("needs", {}).items() if value else ():
+            if flat[other] not in values:
+                raise UserError(f"{key} works with {other}={' or '.join(map(str, values))}, not "
+                                f"{other}={flat[other]}: change one of them.")
 
 
 def _check_dataset(name):

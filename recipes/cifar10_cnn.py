@@ -80,6 +80,16 @@ CONFIG = {
         "steps_per_execution": 1,
     },
 }
+# What each key of this recipe's own takes, read with CONFIG before anything
+# runs: a value outside it is one line that names the key (the words are
+# keras_course_recipes/settings.py's `declarations`).
+CONFIG_SCHEMA = {
+    "model.filters": {"type": "list", "items": "int", "at_least": 1},
+    "model.dense_units": {"type": "int", "at_least": 1},
+    "model.conv_dropout": {"type": "float", "at_least": 0, "below": 1},
+    "model.dense_dropout": {"type": "float", "at_least": 0, "below": 1},
+    "train.lr_decay": {"type": "float", "at_least": 0},
+}
 
 
 # ## The data and the compiled model

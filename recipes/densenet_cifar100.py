@@ -96,15 +96,25 @@ CONFIG = {
         "steps_per_execution": 1,
     },
 }
-# Keys of CONFIG whose value there does not tell their type (None: the
-# variant's), and keys that take one of a few values.
+# What each key of this recipe's own takes, read with CONFIG before anything
+# runs: a value outside it is one line that names the key (the words are
+# keras_course_recipes/settings.py's `declarations`; "null": None, the variant's).
 CONFIG_SCHEMA = {
-    "model.depth": "int",
-    "model.growth_rate": "int",
-    "model.bottleneck": "bool",
-    "model.compression": "float",
-    "model.api": ["functional", "sequential"],
+    "model.depth": {"type": ["int", "null"], "at_least": 1},
+    "model.growth_rate": {"type": ["int", "null"], "at_least": 1},
+    "model.bottleneck": {"type": ["bool", "null"]},
+    "model.compression": {"type": ["float", "null"], "above": 0, "at_most": 1},
+    "model.dropout": {"type": "float", "at_least": 0, "below": 1},
+    "model.weight_decay": {"type": "float", "at_least": 0},
+    "model.batch_norm_momentum": {"type": "float", "at_least": 0, "below": 1},
+    "model.api": ["functional", "sequential"],  # a list: its choices
     "train.schedule": ["constant", "step", "cosine"],
+    # A warm-up rises to the rate a cosine or constant schedule starts from (the
+    # paper's step schedule has none), and leaves epochs to train after it.
+    "train.warmup_epochs": {"type": "int", "at_least": 0, "below": "train.epochs",
+                            "needs": {"train.schedule": ["cosine", "constant"]}},
+    "train.momentum": {"type": "float", "at_least": 0, "below": 1},
+    "train.label_smoothing": {"type": "float", "at_least": 0, "below": 1},
 }
 
 

@@ -123,12 +123,32 @@ CONFIG = {
         "steps_per_execution": 1,
     },
 }
-# Keys of CONFIG that take one of a few values.
-CONFIG_SCHEMA = {"model.test_time_views": [1, 2, 6],
-                 "model.data_format": ["channels_last", "channels_first"],
-                 "model.test_time_average": ["probabilities", "logits"],
-                 "train.schedule": ["triangle", "linear"],
-                 "train.optimizer": ["sgd", "muon"]}
+# What each key of this recipe's own takes, read with CONFIG before anything
+# runs: a value outside it is one line that names the key (the words are
+# keras_course_recipes/settings.py's `declarations`).
+CONFIG_SCHEMA = {
+    # One entry per block in each.
+    "model.widths": {"type": "list", "items": "int", "at_least": 1, "min_length": 1,
+                     "same_length_as": "model.growth_rates"},
+    "model.growth_rates": {"type": "list", "items": "int", "at_least": 1, "min_length": 1},
+    "model.layers_per_block": {"type": "int", "at_least": 0},
+    "model.batch_norm_momentum": {"type": "float", "at_least": 0, "below": 1},
+    "model.weight_decay": {"type": "float", "at_least": 0},
+    "model.whitening_images": {"type": "int", "at_least": 1},
+    "model.test_time_views": [1, 2, 6],  # a list: its choices
+    "model.test_time_average": ["probabilities", "logits"],
+    "model.data_format": ["channels_last", "channels_first"],
+    "train.schedule": ["triangle", "linear"],
+    "train.momentum": {"type": "float", "at_least": 0, "below": 1},
+    "train.bias_lr_scale": {"type": "float", "above": 0},
+    "train.label_smoothing": {"type": "float", "at_least": 0, "below": 1},
+    "train.whitening_bias_epochs": {"type": "int", "at_least": 0},
+    "train.lookahead_start_epoch": {"type": "int", "at_least": 0},
+    "train.lookahead_decay": {"type": "float", "above": 0, "below": 1},
+    "train.optimizer": ["sgd", "muon"],
+    "train.muon_lr": {"type": "float", "above": 0},
+    "train.muon_momentum": {"type": "float", "at_least": 0, "below": 1},
+}
 
 
 # ## The data and the compiled model

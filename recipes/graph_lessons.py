@@ -81,6 +81,10 @@ CONFIG = {
         "steps_per_execution": 1,
     },
 }
+# What each key of this recipe's own takes, read with CONFIG before anything
+# runs: a value outside it is one line that names the key (the words are
+# keras_course_recipes/settings.py's `declarations`).
+CONFIG_SCHEMA = {"model.units": {"type": "int", "at_least": 1}}
 # Why this recipe trains on TensorFlow alone: `recipes run` on JAX or torch refuses it, saying so.
 TENSORFLOW_ONLY = "the tf.function lessons"
 

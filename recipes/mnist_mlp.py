@@ -72,7 +72,14 @@ CONFIG = {
         "steps_per_execution": 1,
     },
 }
-CONFIG_SCHEMA = {"train.optimizer": ["rmsprop", "sgd"]}  # keys that take one of a few values
+# What each key of this recipe's own takes, read with CONFIG before anything
+# runs: a value outside it is one line that names the key (the words are
+# keras_course_recipes/settings.py's `declarations`).
+CONFIG_SCHEMA = {
+    "model.hidden_units": {"type": "list", "items": "int", "at_least": 1},  # [] too
+    "model.dropout": {"type": "float", "at_least": 0, "below": 1},
+    "train.optimizer": ["rmsprop", "sgd"],  # a list: its choices
+}
 
 
 # ## The data and the compiled model

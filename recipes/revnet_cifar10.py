@@ -86,14 +86,17 @@ CONFIG = {
         "steps_per_execution": 1,
     },
 }
-# Keys of CONFIG whose value there does not tell their type (None: the
-# variant's), and keys that take one of a few values.
+# What each key of this recipe's own takes, read with CONFIG before anything
+# runs: a value outside it is one line that names the key (the words are
+# keras_course_recipes/settings.py's `declarations`; "null": None, the variant's).
 CONFIG_SCHEMA = {
-    "model.variant": ["revnet38", "revnet110", "revnet164"],
-    "model.init_filters": "int",
-    "model.units": "list",
-    "model.filters": "list",
+    "model.variant": ["revnet38", "revnet110", "revnet164"],  # a list: its choices
+    "model.init_filters": {"type": ["int", "null"], "at_least": 1},
+    "model.units": {"type": ["list", "null"], "items": "int", "at_least": 1},
+    "model.filters": {"type": ["list", "null"], "items": "int", "at_least": 1},
     "model.backprop": ["reversible", "standard", "remat"],
+    "model.weight_decay": {"type": "float", "at_least": 0},
+    "train.momentum": {"type": "float", "at_least": 0, "below": 1},
 }
 # Why this recipe trains on TensorFlow alone: `recipes run` on JAX or torch refuses it, saying so.
 TENSORFLOW_ONLY = "RevNet's tf.custom_gradient"

@@ -140,8 +140,10 @@ def test_list_and_show_import_no_tensorflow():
 
 def test_a_recipe_schema_types_its_own_keys():
     schema = _config.recipe_schema("densenet_cifar100")
-    assert schema["model.depth"] == "int" and "cosine" in schema["train.schedule"]
-    assert _config.recipe_schema("cifar10_cnn") == {}
+    assert schema["model.depth"] == {"type": ["int", "null"], "at_least": 1}
+    assert "cosine" in schema["train.schedule"]
+    assert _config.recipe_schema("cifar10_cnn")["model.conv_dropout"] == {
+        "type": "float", "at_least": 0, "below": 1}
     config = _config.resolve("densenet_cifar100", overrides=["model.depth=40"],
                              announce=lambda line: None)
     assert config["model"]["depth"] == 40

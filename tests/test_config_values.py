@@ -29,7 +29,8 @@ def recipe_config(**changes):
 
 
 def settle(config, *overrides, declared=()):
-    return _config.settle("mnist_mlp", config, {"train.optimizer": ["rmsprop", "sgd"]},
+    """`config` settled as mnist_mlp's, with its file's CONFIG_SCHEMA."""
+    return _config.settle("mnist_mlp", config, _config.recipe_schema("mnist_mlp"),
                           overrides=overrides, announce=lambda line: None, declared=declared)
 
 

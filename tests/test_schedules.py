@@ -13,7 +13,7 @@ def test_a_warm_up_with_the_step_schedule_is_refused_before_anything_runs():
 
 
 def test_a_warm_up_as_long_as_the_run_is_refused():
-    with pytest.raises(UserError, match="warmup_epochs=4 leaves no epoch"):
+    with pytest.raises(UserError, match="warmup_epochs=4 must be below train.epochs=4"):
         _config.resolve("densenet_cifar100", overrides=[
             "train.epochs=4", "train.schedule=cosine", "train.warmup_epochs=4"],
             announce=lambda line: None)

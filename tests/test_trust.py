@@ -54,8 +54,8 @@ def epochs_in(run_dir):
     ("data.shuffle_buffer=-5", "'data.shuffle_buffer' must be at least 1"),
     ("model.dropout=1.5", "'model.dropout' must be at least 0 and below 1"),
     ("model.dropout=-0.1", "'model.dropout' must be at least 0 and below 1"),
-    ("model.hidden_units=[0]", "'model.hidden_units' must be a list of layer widths"),
-    ("model.hidden_units=[-5]", "'model.hidden_units' must be a list of layer widths"),
+    ("model.hidden_units=[0]", "'model.hidden_units' must be a list of integers, each at least 1"),
+    ("model.hidden_units=[-5]", "'model.hidden_units' must be a list of integers, each at least 1"),
     ("execution.steps_per_execution=0", "'execution.steps_per_execution' must be at least 1"),
     ("execution.steps_per_execution=-1", "'execution.steps_per_execution' must be at least 1"),
     ("callbacks.monitor=val_acc", "'callbacks.monitor' must be one of val_accuracy, val_loss"),
@@ -86,7 +86,7 @@ def test_too_few_synthetic_images_to_validate_on_are_refused_or_warned(capsys, t
 
 @pytest.mark.parametrize("settings, message", [
     (["model.widths=[8,8]", "model.growth_rates=[4,4,4]"],
-     "model.widths and model.growth_rates need one entry per block"),
+     "model.widths and model.growth_rates need the same number of entries"),
     (["train.epochs=2", "train.validation_freq=3"],  # fit would never validate
      "train.validation_freq=3 is above train.epochs=2: the run would never validate"),
 ])
