@@ -145,6 +145,54 @@ def fast_xla_env(**more):
     return {**os.environ, "XLA_FLAGS": " ".join(flags), **more}
 
 
+def shared_folder(tmp_path_factory, name):
+    """The folder `name` of this session, which pytest-xdist's workers share."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+class SharedRuns:
+    """What a process that ran several tests' runs gave (`results`: each run's
+    result or its traceback, by label): `runs[label]` fails the test that
+    asks where that run failed, or where the process ended before it
+    (`ended`: its exit and the end of its stderr)."""
+
+    def __init__(self, folder, results, ended):
+        self.folder, self.results, self.ended = folder, results, ended
+
+    def __getitem__(self, label):
+        assert label in self.results, f"the shared process ended before {label!r}: {self.ended}"
+        found = self.results[label]
+        assert "driver_traceback" not in found, f"{label}: {found['driver_traceback']}"
+        return found
+
+
+def run_once(folder, name, driver, runs, env):
+    """Runs the Python code `driver` on `runs` (its argv[1], as JSON) once per
+    session, writing {label: result} to the file its argv[2] names,
+    `folder/NAME.json`: the pytest-xdist worker that asks first runs it, and
+    the other, asking meanwhile, waits for it (a lock) and reads what it
+    wrote. Returns that as `SharedRuns`."""
+    import fcntl
+    import subprocess
+
+    results, ended = folder / f"{name}.json", folder / f"{name}.ended"
+    with (folder / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ended.exists():
+            try:
+                process = subprocess.run(
+                    [sys.executable, "-c", driver, json.dumps(runs), str(results)], cwd=ROOT,
+                    env=env, capture_output=True, text=True, timeout=900)
+                ended.write_text(f"exit {process.returncode}\n{process.stderr[-3000:]}")
+            except subprocess.TimeoutExpired as error:
+                ended.write_text(f"{error}\n{str(error.stderr or '')[-3000:]}")
+    return SharedRuns(folder, json.loads(results.read_text()) if results.exists() else {},
+                      ended.read_text())
+
+
 @pytest.fixture
 def tiny_config(tmp_path):
     """Returns a function: recipe name and overrides -> a tiny resolved config."""

@@ -1,6 +1,6 @@
 """data.augment_engine=auto, the default: keras-cv on TensorFlow, Keras
 core's layers on JAX, where keras-cv's cannot run in the step; metrics.json
-says which."""
+says which (a DenseNet's, trained on JAX: tests/test_jax_backend.py)."""
 
 import sys
 
@@ -11,8 +11,6 @@ import pytest
 from keras_course_recipes import UserError, _config
 from keras_course_recipes import augment as raugment
 
-from test_jax_backend import jax_runs  # noqa: F401  (the session's shared JAX process, a fixture)
-
 
 def test_auto_is_the_default_and_follows_the_backend():
     assert _config.resolve("cifar10_cnn", announce=print)["data"]["augment_engine"] == "auto"
@@ -22,16 +20,6 @@ def test_auto_is_the_default_and_follows_the_backend():
     assert raugment.resolve_engine("auto", "jax") == "keras"
     assert type(raugment.augmentation(["flip"], engine="keras").layers[0]) is keras.layers.RandomFlip
     assert raugment.augmentation(["flip"], engine="keras_cv").engine == "keras_cv"
-
-
-@pytest.mark.slow
-def test_densenet_augments_in_the_jax_step_without_naming_an_engine(jax_runs):  # noqa: F811
-    """`densenet_cifar10 execution.backend=jax data.augment_on=device`, which
-    was refused while the DenseNet configs named keras-cv (trained, tiny, in
-    the shared JAX process of tests/test_jax_backend.py)."""
-    metrics = jax_runs["densenet_cifar10 on device"]
-    assert (metrics["backend"], metrics["augment_on"], metrics["augment_engine"]) == (
-        "jax", "device", "keras")
 
 
 def test_without_keras_cv_auto_takes_keras_core_s_layers_and_says_so(monkeypatch, capsys):

@@ -10,7 +10,6 @@ what a run gave and wrote, in the session's one shared JAX process
 (`jax_runs`), which pays JAX's start-up and the compilations its runs share once.
 """
 
-import fcntl
 import importlib.metadata
 import importlib.util
 import json
@@ -28,7 +27,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import keras_course_recipes as kit
-from conftest import ROOT, TINY, TINY_MODEL, fast_xla_env
+from conftest import ROOT, TINY, TINY_MODEL, fast_xla_env, run_once, shared_folder
 from keras_course_recipes import UserError, _config, _environment, harness
 from keras_course_recipes import data as rdata
 from keras_course_recipes import folder as rfolder
@@ -120,7 +119,7 @@ def shared_runs(folder):
              for mode in ("eager", "xla")]
     # test_on_jax_augmentation_runs_in_the_jitted_step_and_its_seeds_advance's
     runs.append(("augmented step", None, AUGMENTED_STEP))
-    # tests/test_augment_engine.py's: data.augment_engine left at auto.
+    # test_densenet_augments_in_the_jax_step_without_naming_an_engine's
     runs.append(("densenet_cifar10 on device", "densenet_cifar10",
                  tiny("densenet_cifar10", folder, "data.augment_on=device")))
     return runs
@@ -151,42 +150,12 @@ for label, name, overrides in json.loads(sys.argv[1]):
 """
 
 
-class JaxRuns:
-    """What the shared JAX process gave: `runs[label]` is a run's metrics (a
-    script's findings), failing the test that asks where the run failed or
-    the process ended before it; `folder` holds the runs' folders."""
-
-    def __init__(self, folder, results, ended):
-        self.folder, self.results, self.ended = folder, results, ended
-
-    def __getitem__(self, label):
-        assert label in self.results, f"the shared JAX process ended before {label!r}: {self.ended}"
-        found = self.results[label]
-        assert "driver_traceback" not in found, f"{label}: {found['driver_traceback']}"
-        return found
-
-
 @pytest.fixture(scope="session")
 def jax_runs(tmp_path_factory):
-    """`shared_runs` in one JAX process per session: the pytest-xdist worker
-    that asks first runs it, and the other, asking meanwhile, waits for it
-    (a lock in the workers' common folder) and reads what it wrote."""
-    base = tmp_path_factory.getbasetemp()
-    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-jax"
-    folder.mkdir(exist_ok=True)
-    results, ended = folder / "results.json", folder / "ended.txt"
-    with (folder / "lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not ended.exists():
-            try:
-                process = subprocess.run(
-                    [sys.executable, "-c", DRIVER, json.dumps(shared_runs(folder)), str(results)],
-                    cwd=ROOT, env=JAX_ENV, capture_output=True, text=True, timeout=900)
-                ended.write_text(f"exit {process.returncode}\n{process.stderr[-3000:]}")
-            except subprocess.TimeoutExpired as error:
-                ended.write_text(f"{error}\n{str(error.stderr or '')[-3000:]}")
-    return JaxRuns(folder, json.loads(results.read_text()) if results.exists() else {},
-                   ended.read_text())
+    """`shared_runs` in one JAX process per session (`conftest.run_once`):
+    `jax_runs[label]` is what run `label` gave, and fails where it failed."""
+    folder = shared_folder(tmp_path_factory, "shared-jax")
+    return run_once(folder, "runs", DRIVER, shared_runs(folder), JAX_ENV)
 
 
 @pytest.mark.slow
@@ -226,6 +195,19 @@ def test_on_jax_augmentation_runs_in_the_jitted_step_and_its_seeds_advance(jax_r
     assert found["mode"] is True  # one jitted step, augmentation included
     assert len(found["before"]) == 3  # pad_crop's, flip's and cutmix's seed states
     assert all(a != b for a, b in zip(found["before"], found["after"]))
+
+
+@pytest.mark.slow
+def test_densenet_augments_in_the_jax_step_without_naming_an_engine(jax_runs):
+    """`densenet_cifar10 execution.backend=jax data.augment_on=device`, which
+    was refused while the DenseNet configs named keras-cv: data.augment_engine
+    left at auto takes Keras core's layers on JAX. (Here, not in
+    tests/test_augment_engine.py: only this file's tests ask for the shared
+    JAX process, so that no test of another file, on the other pytest-xdist
+    worker, starts it while this file's tests wait for it.)"""
+    metrics = jax_runs["densenet_cifar10 on device"]
+    assert (metrics["backend"], metrics["augment_on"], metrics["augment_engine"]) == (
+        "jax", "device", "keras")
 
 
 def test_pad_crop_in_keras_ops_shifts_each_image_by_whole_pixels():
