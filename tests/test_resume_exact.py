@@ -3,29 +3,29 @@ uninterrupted run: the same batches, augmentation draws, dropout masks and
 optimizer state, so bitwise the same losses and weights when TensorFlow runs
 each op on one thread.
 
-Each training runs in a process of its own, as a user's resumed run does.
+The resumed half of a run trains in a process of its own, as a user's resumed
+run does: one process per backend trains every case's first half, and a
+second the uninterrupted runs and the resumed halves (`trained`).
 """
 
 import csv
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, TINY, fast_xla_env
+from conftest import TINY, SharedRuns, fast_xla_env, run_once, shared_folder
 from keras_course_recipes.data import ArrayBatches
 from keras_course_recipes.tools import soak
 
-# Trains a recipe as `python -m keras_course_recipes run` does, on one CPU thread (where
+# Trains recipes as `python -m keras_course_recipes run` does, on one CPU thread (where
 # TensorFlow's CPU kernels give the same bits every run; its op determinism
 # refuses the tf.timestamp that Timing's input-wait stage runs in tf.data).
-# argv[1] is the recipe, argv[2] a JSON list of runs, each a list of
-# overrides, trained one after the other; prints their metrics.
+# argv[1] is a JSON list of runs, [label, recipe, overrides], trained one
+# after the other; their metrics (or the traceback that ended one) go to the
+# JSON file argv[2] as each ends.
 DRIVER = """
-import json, sys
+import json, sys, traceback
 import keras
 if keras.backend.backend() == "tensorflow":
     import tensorflow as tf
@@ -33,36 +33,49 @@ if keras.backend.backend() == "tensorflow":
     tf.config.threading.set_intra_op_parallelism_threads(1)
 import keras_course_recipes as kit
 from keras_course_recipes import _config, harness
-metrics = []
-for overrides in json.loads(sys.argv[2]):
-    config = _config.resolve(sys.argv[1], overrides=overrides, announce=lambda line: None)
-    metrics.append(harness.train(config))
-print(json.dumps(metrics))
+results = {}
+for label, name, overrides in json.loads(sys.argv[1]):
+    try:
+        config = _config.resolve(name, overrides=overrides, announce=lambda line: None)
+        results[label] = harness.train(config)
+    except Exception:
+        results[label] = {"driver_traceback": traceback.format_exc()}
+    open(sys.argv[2], "w").write(json.dumps(results))
 """
 
+# id -> the recipe, its backend and its overrides.
+CASES = {
+    "dropout": ("mnist_mlp", "tensorflow", []),
+    # cifar10_cnn has dropout too.
+    "device-augmentation": ("cifar10_cnn", "tensorflow", [
+        "data.augment_on=device", "data.augment_engine=keras", "data.augment=[flip,pad_crop,shift]"]),
+    "host-augmentation": ("cifar10_cnn", "tensorflow", [
+        "data.augment_on=host", "data.augment_engine=keras", "data.augment=[flip,pad_crop,shift]"]),
+    # Keras' JAX `fit` opens two iterators on the training data.
+    "jax-device-augmentation": ("cifar10_cnn", "jax", [
+        "data.augment_on=device", "data.augment_engine=keras", "data.augment=[flip,pad_crop]"]),
+}
 
-def train(name, backend, *runs):
-    """Trains `name` `runs` in a process of their own; returns their metrics."""
+
+def trained(tmp_path_factory, backend):
+    """Every case of `backend` trained 2 epochs in a process (label "CASE
+    first"), then in a new process 4 epochs in one go in another run
+    directory ("CASE whole") and the first run resumed to 4 ("CASE resumed"),
+    once per session; returns what both gave, as `SharedRuns`, whose folder
+    holds each case's run directories."""
+    folder = shared_folder(tmp_path_factory, f"resume-exact-{backend}")
     env = (fast_xla_env(KERAS_BACKEND=backend) if backend == "jax"  # compiled sooner, alike
            else {**os.environ, "KERAS_BACKEND": backend})
-    result = subprocess.run([sys.executable, "-c", DRIVER, name, json.dumps(runs)],
-                            cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def train_whole_and_resumed(name, tmp_path, backend, *overrides):
-    """Trains `name` 2 epochs, then in a new process 4 epochs in one go in
-    another run directory and the first run resumed to 4; returns the two
-    4-epoch runs' metrics and history.csv losses."""
-    common = [*TINY, f"execution.backend={backend}", *overrides]
-    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
-    train(name, backend, [*common, f"run.dir={resumed}", "train.epochs=2"])
-    metrics = train(name, backend, [*common, f"run.dir={whole}", "train.epochs=4"],
-                    [*common, f"run.dir={resumed}", "train.epochs=4"])
-    return (metrics,
-            [losses(run / "history.csv") for run in (whole, resumed)])
+    cases = {case: (name, [*TINY, f"execution.backend={backend}", *overrides])
+             for case, (name, case_backend, overrides) in CASES.items() if case_backend == backend}
+    first = run_once(folder, "first", DRIVER, [
+        (f"{case} first", name, [*common, f"run.dir={folder / case / 'resumed'}",
+                                 "train.epochs=2"]) for case, (name, common) in cases.items()], env)
+    second = run_once(folder, "second", DRIVER, [
+        (f"{case} {run}", name, [*common, f"run.dir={folder / case / run}", "train.epochs=4"])
+        for case, (name, common) in cases.items() for run in ("whole", "resumed")], env)
+    return SharedRuns(folder, {**first.results, **second.results},
+                      f"first: {first.ended}\nsecond: {second.ended}")
 
 
 def losses(history):
@@ -71,23 +84,13 @@ def losses(history):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, backend, overrides", [
-    pytest.param("mnist_mlp", "tensorflow", [], id="dropout"),
-    # cifar10_cnn has dropout too.
-    pytest.param("cifar10_cnn", "tensorflow",
-                 ["data.augment_on=device", "data.augment_engine=keras",
-                  "data.augment=[flip,pad_crop,shift]"], id="device-augmentation"),
-    pytest.param("cifar10_cnn", "tensorflow",
-                 ["data.augment_on=host", "data.augment_engine=keras",
-                  "data.augment=[flip,pad_crop,shift]"], id="host-augmentation"),
-    # Keras' JAX `fit` opens two iterators on the training data.
-    pytest.param("cifar10_cnn", "jax",
-                 ["data.augment_on=device", "data.augment_engine=keras",
-                  "data.augment=[flip,pad_crop]"], id="jax-device-augmentation"),
-])
-def test_a_resumed_run_equals_the_uninterrupted_one(name, backend, overrides, tmp_path):
-    (whole, resumed), (whole_losses, resumed_losses) = train_whole_and_resumed(
-        name, tmp_path, backend, *overrides)
+@pytest.mark.parametrize("case", CASES)
+def test_a_resumed_run_equals_the_uninterrupted_one(case, tmp_path_factory):
+    runs = trained(tmp_path_factory, CASES[case][1])
+    assert runs[f"{case} first"]["epochs_completed"] == 2
+    whole, resumed = runs[f"{case} whole"], runs[f"{case} resumed"]
+    whole_losses, resumed_losses = (losses(runs.folder / case / run / "history.csv")
+                                    for run in ("whole", "resumed"))
     assert len(whole_losses) == len(resumed_losses) == 4
     assert resumed_losses == whole_losses
     assert resumed["weights_sha256"] == whole["weights_sha256"]
