@@ -26,7 +26,8 @@ The first step (tracing or compiling) and `WARMUP_STEPS` more are left out of
 the steady-state figures. `peak_rss_mb` is the process's peak resident
 memory while the mode ran: a TensorFlow mode's, from its process's start;
 another backend's second mode's, from the end of the first, counting what
-the process still holds (`measure.py` restarts Linux's count between them).
+the process still holds (`measure.py` restarts Linux's count between them),
+and that mode's `peak_gpu_mb` is None, as JAX's GPU peak cannot restart.
 """
 
 import json
@@ -111,7 +112,7 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
                         f"writes them under {RUNS_DIR}/ in the current folder: run it from a "
                         "folder you can write to.") from None
     print(f"comparing {', '.join(modes)} on {name}, {steps} steady steps each, "
-          f"one process per mode (per backend but TensorFlow)"
+          f"a process per TensorFlow mode and per other backend"
           f"{f', {repeats} times in turns' if repeats > 1 else ''}; results in {out_dir}",
           flush=True)
 
