@@ -25,11 +25,11 @@ def list_recipes():
         print(f"{name:<{width}}  {kit.description(name)}")
 
 
-def train(name, config_files, overrides):
-    config = _config.resolve(name, config_files, overrides, announce=print)
+def train(config):
+    """`recipes run`: the config as `main` resolved it, in a process `main` has set up."""
     from keras_course_recipes import harness
 
-    harness.train(config)
+    harness.train(config, requested=True)
 
 
 def show(name, config_files, overrides):
@@ -40,7 +40,7 @@ def show(name, config_files, overrides):
 BUILT_IN = (
     Command("list", "every recipe, with a one-line description", list_recipes, on_recipe=False,
             without_tensorflow=True),
-    Command("run", "train a recipe", train, without_tensorflow=True),
+    Command("run", "train a recipe", train, without_tensorflow=True, takes_config=True),
     Command("show", "print a recipe's resolved config as YAML", show, without_tensorflow=True),
 )
 # The module in keras_course_recipes/tools/ that declares each other command, in its
@@ -130,14 +130,16 @@ def main(argv=None, tools=None, prog=None):
     # The command's options are split off first: the rest is the config,
     # resolved now, before any command imports TensorFlow, so that a typo
     # fails at once, and execution.backend and execution.onednn can still
-    # reach Keras' and TensorFlow's start.
+    # reach Keras' and TensorFlow's start: requested here, once. `run` trains
+    # with this config; another command resolves its own from the same items.
     options, arguments["overrides"] = command.split(items)
     # KERAS_BACKEND sets the backend unless the command line's execution.backend= does.
     from_environment = bool(os.environ.get("KERAS_BACKEND")) and not any(
         item.partition("=")[0].strip() == "execution.backend" for item in arguments["overrides"])
     unused = from_environment and command.names_backends  # each part's process sets its own
     config = _config.resolve(args.name, args.config_files, arguments["overrides"],
-                             announce=lambda line: None, environment=not unused)
+                             announce=print if command.takes_config else lambda line: None,
+                             environment=not unused)
     backend = config["execution"]["backend"]
     if unused:
         print(f"note: {command.name} does not use KERAS_BACKEND={os.environ['KERAS_BACKEND']}: "
@@ -149,7 +151,10 @@ def main(argv=None, tools=None, prog=None):
                             f"{command.tensorflow_only}.")
         _environment.request_backend(config)
     _environment.request_onednn(config)
-    command.run(**arguments, **options)
+    if command.takes_config:
+        command.run(config, **options)
+    else:
+        command.run(**arguments, **options)
     return 0
 
 

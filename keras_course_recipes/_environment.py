@@ -23,8 +23,9 @@ def request_onednn(config):
     with AVX-512 VNNI or newer).
 
     TensorFlow reads the variable once, when it starts: the command line
-    calls this before importing it, and `harness.prepare` calls it again
-    to refuse a run whose TensorFlow started with another setting.
+    calls this before importing it; `harness.prepare`, for a run the command
+    line did not set up, to refuse one whose TensorFlow started with another
+    setting.
     """
     wanted = config["execution"]["onednn"]
     if wanted is None:
@@ -44,9 +45,9 @@ def request_backend(config):
     """Sets `KERAS_BACKEND` to `execution.backend` before Keras is imported.
 
     Keras reads the variable once, on import: the command line calls this
-    before any command imports Keras, and `harness.prepare` calls it
-    again to refuse a run whose Keras started on another backend (a notebook
-    sets `KERAS_BACKEND` itself, before `import keras`).
+    before any command imports Keras; `harness.prepare`, for a run the command
+    line did not set up, to refuse one whose Keras started on another backend
+    (a notebook sets `KERAS_BACKEND` itself, before `import keras`).
     """
     wanted = config["execution"]["backend"]
     require_backend(wanted)

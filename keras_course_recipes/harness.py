@@ -51,21 +51,24 @@ CPU_HINT = ("On a CPU, the recipes made for one train CIFAR-10 in under an hour:
             "`recipes list` says which.")
 
 
-def train(config, extra_callbacks=(), recipe=None):
+def train(config, extra_callbacks=(), recipe=None, requested=False):
     """Trains the recipe `config["recipe"]` names through its module's `run`, as
     this module's docstring says (with `extra_callbacks` after the harness's);
     returns the metrics that metrics.json holds. `recipe`: a recipe file's own
     `build` and `run` (`runs.main`), in a process whose Keras it started; its
-    run returns, with `metrics` added.
+    run returns, with `metrics` added. `requested`: the command line asked for
+    the backend and oneDNN of `config` already (`prepare`). SIGTERM and a
+    standard output whose reader has gone are the entry point's
+    (`signals_and_output`), set up once, around everything it does.
 
     Raises:
         UserError: a setting, directory or saved state that cannot work;
             `errors.Interrupted` after Ctrl-C or SIGTERM.
         errors.TrainingDiverged: the loss diverged.
     """
-    module = recipe or kit.load(config["recipe"])
-    strategy = prepare(config, started=recipe is not None)
-    with rundir.signals_and_output(), open_run(config) as run:
+    strategy = prepare(config, requested=requested or recipe is not None)
+    module = recipe or kit.load(config["recipe"])  # which imports Keras: after `prepare`
+    with open_run(config) as run:
         probe = None
         if module.build and (run.initial_epoch or config["callbacks"]["diagnostics"]):
             # The recipe built once more, before its run: to check a backup
@@ -97,14 +100,14 @@ def open_run(config):
     return rundir.Run.open(config, run_dir, inspect)
 
 
-def prepare(config, started=False):
+def prepare(config, requested=False):
     """Sets the process up as `config` asks, before a recipe builds anything:
     Keras' backend and oneDNN (refused if Keras or TensorFlow started without
-    them; `started`: a recipe file's, which chose them as it imported Keras),
-    the logical CPU devices, a clean Keras session; returns the
-    `tf.distribute.Strategy` that `execution.strategy` names (a no-op scope
-    for `none`, and on JAX)."""
-    if not started:
+    them; `requested`: asked for already, by the command line before anything
+    imported Keras, or by a recipe file as it imported Keras), the logical CPU
+    devices, a clean Keras session; returns the `tf.distribute.Strategy` that
+    `execution.strategy` names (a no-op scope for `none`, and on JAX)."""
+    if not requested:
         _environment.request_backend(config)
         _environment.request_onednn(config)
     import keras

@@ -65,9 +65,9 @@ class Command:
         name: what follows `python -m keras_course_recipes`, e.g. `"compare"`.
         help: its line in `python -m keras_course_recipes -h`.
         run: the function it calls, with keyword arguments: `name`,
-            `config_files` and `overrides` for a command on a recipe, each
-            option's value by its name, and each argument that `arguments`
-            adds by its `dest`.
+            `config_files` and `overrides` for a command on a recipe (or, with
+            `takes_config`, the config itself), each option's value by its name,
+            and each argument that `arguments` adds by its `dest`.
         options: the `Option`s it takes out of the `key=value` items.
         arguments: adds arguments of its own to its parser (sweep's `--grid`).
         on_recipe: it takes `NAME [key=value ...] [--config FILE]`.
@@ -80,6 +80,8 @@ class Command:
             environment's does not apply to it.
         draws: it writes PNGs with matplotlib (the `plot` extra): refused without it,
             before anything runs.
+        takes_config: `run` is given the config the command line resolved (and
+            printed the overrides of), once, in place of what it is resolved from.
     """
 
     name: str
@@ -92,6 +94,7 @@ class Command:
     without_tensorflow: bool = False
     names_backends: bool = False
     draws: bool = False
+    takes_config: bool = False
 
     def takes(self, key):
         """Whether `key=value` is one of this command's options."""
