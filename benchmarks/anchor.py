@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, _config, _environment, rundir, settings
+from keras_course_recipes import RUNS_DIR, recipe_config, _environment, rundir, settings
 from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import Command, count, record
 from keras_course_recipes.tools.tables import markdown_table
@@ -193,7 +193,7 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None, l
     # that a refused command leaves nothing behind: the data last, since
     # reading them (decoding, the first time) is what takes time.
     text, kind = patched(script)
-    config = _config.resolve(name, config_files, overrides, announce=print)
+    config = recipe_config.resolve(name, config_files, overrides, announce=print)
     if config["data"]["source"] != "folder" or config["data"]["name"] != "cifar10":
         raise UserError("anchor compares on CIFAR-10's images in a folder: give "
                         "data.source=folder data.path=DIR (DIR/train/<class>/*.png).")

@@ -31,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from keras_course_recipes import RUNS_DIR, UserError, _config, _environment, rundir
+from keras_course_recipes import RUNS_DIR, UserError, recipe_config, _environment, rundir
 from keras_course_recipes.tools import Command, Option, count, parse_choices
 from keras_course_recipes.tools.compare import (BACKEND_MODES, WARMUP_STEPS, measure_mode, median_run,
                                    step_line)
@@ -69,7 +69,7 @@ def benchmark(name, variants=tuple(VARIANTS), steps=DEFAULT_STEPS, repeats=1, sc
     variants = _available(name, variants, script, config_files, overrides)
     out_dir = Path(out_dir or rundir.timestamped(RUNS_DIR / "backends" / name))
     out_dir.mkdir(parents=True, exist_ok=True)
-    config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
+    config = recipe_config.resolve(name, config_files, overrides, announce=lambda line: None)
     batch, precision = config["data"]["batch_size"], config["execution"]["precision"]
     print(f"{name}'s step on {', '.join(variants)}: batch {batch}, {precision}, {steps} steady "
           f"steps each after {1 + WARMUP_STEPS}, {repeats} turn(s); results in {out_dir}",
@@ -142,7 +142,7 @@ def _available(name, variants, script, config_files, overrides):
                                 "its network and optimizers; give your copy of that file.")
             anchor.patched(script)  # refuses a script that differs from the published one
         else:
-            _config.resolve(name, config_files, [*overrides, *settings,
+            recipe_config.resolve(name, config_files, [*overrides, *settings,
                                                  f"execution.backend={backend}"],
                             announce=lambda line: None)
         kept.append(variant)

@@ -14,7 +14,7 @@ import os
 import sys
 
 import keras_course_recipes as kit
-from keras_course_recipes import _config, _environment, errors, rundir, runs
+from keras_course_recipes import recipe_config, _environment, errors, rundir, runs
 from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import Command
 
@@ -33,8 +33,8 @@ def train(config):
 
 
 def show(name, config_files, overrides):
-    config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
-    print(_config.dump(config), end="")
+    config = recipe_config.resolve(name, config_files, overrides, announce=lambda line: None)
+    print(recipe_config.dump(config), end="")
 
 
 BUILT_IN = (
@@ -137,7 +137,7 @@ def main(argv=None, tools=None, prog=None):
     from_environment = bool(os.environ.get("KERAS_BACKEND")) and not any(
         item.partition("=")[0].strip() == "execution.backend" for item in arguments["overrides"])
     unused = from_environment and command.names_backends  # each part's process sets its own
-    config = _config.resolve(args.name, args.config_files, arguments["overrides"],
+    config = recipe_config.resolve(args.name, args.config_files, arguments["overrides"],
                              announce=print if command.takes_config else lambda line: None,
                              environment=not unused)
     backend = config["execution"]["backend"]

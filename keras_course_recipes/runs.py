@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from keras_course_recipes import _config, errors, harness
+from keras_course_recipes import recipe_config, errors, harness
 from keras_course_recipes.errors import UserError, exit_status, note_reported
 # has_tensorboard: what a recipe's `run` asks before it adds Keras' TensorBoard callback.
 from keras_course_recipes.rundir import has_tensorboard, signals_and_output  # noqa: F401
@@ -144,11 +144,11 @@ def main(name, config, run, schema=None):
             if hidden:  # a notebook's keras.py or yaml.py: keras.backend an AttributeError
                 raise UserError(hidden)
             started = keras.backend.backend()
-            _config.check_sections(config)
+            recipe_config.check_sections(config)
             config, overrides = _without_backend(
                 config, overrides, started,
                 Path(caller["__file__"]).name if ran_as_file else f"{name}.py")
-            config = _config.settle(
+            config = recipe_config.settle(
                 name, config, caller.get("CONFIG_SCHEMA") if schema is None else schema, [(
                     "by the backend Keras loaded", {"execution": {"backend": started}})],
                 overrides, announce=print, only=caller.get("TENSORFLOW_ONLY"),
@@ -174,7 +174,7 @@ def main(name, config, run, schema=None):
 
 
 def _backend_setting(started):
-    """(What asked for backend `started`, how to undo it), for `_config.settle`: a
+    """(What asked for backend `started`, how to undo it), for `recipe_config.settle`: a
     recipe file's backend is the one Keras loaded, KERAS_BACKEND's or its own
     setting's (~/.keras/keras.json)."""
     if os.environ.get("KERAS_BACKEND") == started:

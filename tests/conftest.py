@@ -32,7 +32,7 @@ gc.freeze()
 gc.enable()
 
 import keras_course_recipes as kit  # noqa: E402
-from keras_course_recipes import _config  # noqa: E402
+from keras_course_recipes import recipe_config as _config  # noqa: E402
 from keras_course_recipes.tools import compare as _compare  # noqa: E402
 
 # Two logical CPU devices, set before TensorFlow initializes its devices, so

@@ -14,7 +14,7 @@ import tensorflow as tf
 import keras_course_recipes as kit
 from keras_course_recipes.errors import UserError
 from conftest import ROOT
-from keras_course_recipes import _config, settings
+from keras_course_recipes import recipe_config, settings
 from keras_course_recipes.augment import AugmentedModel
 
 OURS = ("keras_course_recipes", "benchmarks", "tests")
@@ -139,18 +139,18 @@ def test_list_and_show_import_no_tensorflow():
 
 
 def test_a_recipe_schema_types_its_own_keys():
-    schema = _config.recipe_schema("densenet_cifar100")
+    schema = recipe_config.recipe_schema("densenet_cifar100")
     assert schema["model.depth"] == {"type": ["int", "null"], "at_least": 1}
     assert "cosine" in schema["train.schedule"]
-    assert _config.recipe_schema("cifar10_cnn")["model.conv_dropout"] == {
+    assert recipe_config.recipe_schema("cifar10_cnn")["model.conv_dropout"] == {
         "type": "float", "at_least": 0, "below": 1}
-    config = _config.resolve("densenet_cifar100", overrides=["model.depth=40"],
+    config = recipe_config.resolve("densenet_cifar100", overrides=["model.depth=40"],
                              announce=lambda line: None)
     assert config["model"]["depth"] == 40
     with pytest.raises(kit.UserError, match="'model.depth' expects an integer"):
-        _config.resolve("densenet_cifar100", overrides=["model.depth=deep"])
+        recipe_config.resolve("densenet_cifar100", overrides=["model.depth=deep"])
     with pytest.raises(kit.UserError, match="'train.schedule' must be one of constant"):
-        _config.resolve("densenet_cifar100", overrides=["train.schedule=linear"])
+        recipe_config.resolve("densenet_cifar100", overrides=["train.schedule=linear"])
 
 
 def tiny_network():
@@ -172,7 +172,8 @@ def check_augmentation_is_honoured_or_refused(module, tiny_config):
     model is never wrapped for the step: data.augment would be ignored)."""
     if not augments(module):
         with pytest.raises(UserError, match="Unknown config key 'data.augment'"):
-            _config.resolve(module, overrides=["data.augment=[flip]"], announce=lambda line: None)
+            recipe_config.resolve(module, overrides=["data.augment=[flip]"],
+                                  announce=lambda line: None)
         return
     config = tiny_config(module, "data.augment=[flip]", "data.augment_on=device",
                          "data.name=cifar10")
@@ -273,7 +274,7 @@ def test_no_module_of_ours_imports_itself_through_others():
     assert ours[f"{kit}.harness"] > {kit} and ours[f"{kit}.errors"] == set()
     # One way a run happens: a recipe file's `runs.main` goes through the harness, as
     # `recipes run` does, and the harness opens the run in rundir without the file's way in.
-    assert ours[f"{kit}.runs"] == {kit, "_config", "errors", "harness", "rundir", "settings"}
+    assert ours[f"{kit}.runs"] == {kit, "recipe_config", "errors", "harness", "rundir", "settings"}
     assert "runs" not in ours[f"{kit}.harness"] | ours[f"{kit}.rundir"]
     assert ours[f"{kit}.data"] == {kit, "errors"}  # folder.py: by importlib
     assert ours[f"{kit}.folder"] == {kit, "errors"}

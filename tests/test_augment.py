@@ -16,7 +16,7 @@ import keras_course_recipes as kit
 from keras_course_recipes.callbacks.timing import execution_mode
 from conftest import ROOT, TINY, measure_tensorflow_modes_here
 from keras_course_recipes.augment import AugmentedModel
-from keras_course_recipes import UserError, _config, harness
+from keras_course_recipes import UserError, recipe_config, harness
 from keras_course_recipes import data as rdata
 from keras_course_recipes import augment as raugment
 from keras_course_recipes.data import ArrayBatches
@@ -126,7 +126,7 @@ def test_a_mixing_operation_turns_integer_labels_into_one_hot(tiny_config):
 
 
 def load(augment, augment_on="host"):
-    config = _config.resolve("densenet_cifar10", overrides=[
+    config = recipe_config.resolve("densenet_cifar10", overrides=[
         "data.source=synthetic", "data.synthetic_examples=64", "data.batch_size=16",
         f"data.augment={augment}", f"data.augment_on={augment_on}"], announce=lambda line: None)
     return rdata.load(config["data"], seed=0, one_hot=True,
@@ -287,10 +287,10 @@ tf.config.experimental.enable_op_determinism()
 # which determinism wants created from a seed first.
 tf.random.set_global_generator(tf.random.Generator.from_seed(0))
 import keras_course_recipes as kit
-from keras_course_recipes import _config
+from keras_course_recipes import recipe_config
 overrides, runs = json.loads(sys.argv[1]), []
 for run_dir in sys.argv[2:]:
-    config = _config.resolve("cifar10_cnn", overrides=[*overrides, f"run.dir={run_dir}"],
+    config = recipe_config.resolve("cifar10_cnn", overrides=[*overrides, f"run.dir={run_dir}"],
                              announce=lambda line: None)
     experiment = kit.load("cifar10_cnn").build(config)
     data = experiment.data
@@ -413,7 +413,7 @@ def test_alternating_flip_shows_each_image_both_ways_in_two_passes():
     """tf.data, in order (shuffle_buffer=1): pass 0 mirrors the seeded half,
     pass 1 the other half, pass 2 the first half again; a resumed pipeline
     continues the same stream."""
-    config = _config.resolve("cifar10_cnn", overrides=[
+    config = recipe_config.resolve("cifar10_cnn", overrides=[
         "data.source=synthetic", "data.synthetic_examples=16", "data.batch_size=4",
         "data.shuffle_buffer=1", "data.augment=[alternating_flip]"], announce=lambda line: None)
     augmentation = raugment.from_config(config["data"], seed=3)

@@ -8,12 +8,12 @@ import keras
 import keras_cv
 import pytest
 
-from keras_course_recipes import UserError, _config
+from keras_course_recipes import UserError, recipe_config
 from keras_course_recipes import augment as raugment
 
 
 def test_auto_is_the_default_and_follows_the_backend():
-    assert _config.resolve("cifar10_cnn", announce=print)["data"]["augment_engine"] == "auto"
+    assert recipe_config.resolve("cifar10_cnn", announce=print)["data"]["augment_engine"] == "auto"
     on_tensorflow = raugment.augmentation(["flip"], engine="auto")
     assert on_tensorflow.engine == "keras_cv"
     assert isinstance(on_tensorflow.layers[0], keras_cv.layers.RandomFlip)

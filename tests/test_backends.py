@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import keras_course_recipes as kit
-from keras_course_recipes import UserError, _config, _environment
+from keras_course_recipes import UserError, recipe_config, _environment
 from keras_course_recipes.tools import record
 from benchmarks import backends
 
@@ -115,7 +115,7 @@ def test_pytorchs_own_step_needs_the_script_and_the_muon_one(tmp_path, capsys):
 
 
 def test_channels_first_is_refused_on_tensorflow_in_one_line():
-    config = _config.resolve("densenet_cifar10_cpu", (), [*TINY, "data.source=synthetic",
+    config = recipe_config.resolve("densenet_cifar10_cpu", (), [*TINY, "data.source=synthetic",
                                                          "model.data_format=channels_first"],
                              announce=lambda line: None)
     with pytest.raises(UserError, match="channels_first is for execution.backend=torch or jax"):

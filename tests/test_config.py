@@ -6,11 +6,11 @@ import sys
 import pytest
 
 from conftest import ROOT
-from keras_course_recipes import UserError, _config, settings
+from keras_course_recipes import UserError, recipe_config, settings
 
 
 def resolve(*overrides, files=()):
-    return _config.resolve("mnist_mlp", files, overrides, announce=lambda line: None)
+    return recipe_config.resolve("mnist_mlp", files, overrides, announce=lambda line: None)
 
 
 def test_precedence_defaults_recipe_files_command_line(tmp_path):
@@ -92,7 +92,7 @@ def test_missing_or_malformed_config_file(tmp_path):
 
 def test_unknown_recipe_lists_the_closest_and_all():
     with pytest.raises(UserError) as error:
-        _config.resolve("mnist_mpl")
+        recipe_config.resolve("mnist_mpl")
     assert "Unknown recipe 'mnist_mpl'. Did you mean mnist_mlp," in str(error.value)
     assert "cifar10_cnn" in str(error.value)
 

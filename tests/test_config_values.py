@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from keras_course_recipes import UserError, _config, runs
+from keras_course_recipes import UserError, recipe_config, runs
 from keras_course_recipes import __main__ as cli
 from keras_course_recipes.tools import compare as _compare
 
@@ -20,9 +20,9 @@ TINY = ["data.source=synthetic", "data.synthetic_examples=64", "data.batch_size=
         "train.epochs=1", "train.steps_per_epoch=2", "run.verbose=0"]
 
 
-def recipe_config(**changes):
+def mnist_config(**changes):
     """mnist_mlp's CONFIG, each `section={key: value}` of `changes` updated into it."""
-    config = _config.recipe_values("mnist_mlp")[0]
+    config = recipe_config.recipe_values("mnist_mlp")[0]
     for section, values in changes.items():
         config.setdefault(section, {}).update(values)
     return config
@@ -30,7 +30,7 @@ def recipe_config(**changes):
 
 def settle(config, *overrides, declared=()):
     """`config` settled as mnist_mlp's, with its file's CONFIG_SCHEMA."""
-    return _config.settle("mnist_mlp", config, _config.recipe_schema("mnist_mlp"),
+    return recipe_config.settle("mnist_mlp", config, recipe_config.recipe_schema("mnist_mlp"),
                           overrides=overrides, announce=lambda line: None, declared=declared)
 
 
@@ -85,20 +85,20 @@ def test_none_where_a_value_is_needed_is_one_line_naming_the_key(edit, key, kern
 def test_none_in_a_modules_config_is_refused_by_the_command_line_too():
     with pytest.raises(UserError, match="Config key 'model.hidden_units' expects a list, got "
                                         "None in CONFIG"):
-        settle(recipe_config(model={"hidden_units": None}))
+        settle(mnist_config(model={"hidden_units": None}))
 
 
 def test_a_key_the_recipe_declares_nullable_still_takes_none():
     """CONFIG_SCHEMA's "None: the variant's", and train.steps_per_epoch's one pass,
     also on the command line after CONFIG gave a number."""
-    depth = _config.resolve("densenet_cifar100", announce=lambda line: None)["model"]["depth"]
+    depth = recipe_config.resolve("densenet_cifar100", announce=lambda line: None)["model"]["depth"]
     assert depth is None
-    config = settle(recipe_config(train={"steps_per_epoch": 2}), "train.steps_per_epoch=null")
+    config = settle(mnist_config(train={"steps_per_epoch": 2}), "train.steps_per_epoch=null")
     assert config["train"]["steps_per_epoch"] is None
 
 
 def test_a_key_of_the_students_own_may_be_none_and_set_later():
-    config = settle(recipe_config(model={"note": None}), "model.note=3")
+    config = settle(mnist_config(model={"note": None}), "model.note=3")
     assert config["model"]["note"] == 3
 
 
@@ -120,15 +120,15 @@ def test_a_modules_config_of_none_is_one_line_on_the_command_line(tmp_path, monk
     package.mkdir()
     text = (ROOT / "recipes" / "mnist_mlp.py").read_text()
     (package / "mnist_mlp.py").write_text(text.replace("\nCONFIG = {", "\nCONFIG = None\n_ = {", 1))
-    monkeypatch.setattr(_config, "RECIPES_DIR", package)
+    monkeypatch.setattr(recipe_config, "RECIPES_DIR", package)
     with pytest.raises(UserError, match="CONFIG must be a dict of sections .*, got None"):
-        _config.resolve("mnist_mlp", announce=lambda line: None)
+        recipe_config.resolve("mnist_mlp", announce=lambda line: None)
 
 
 # ## NumPy numbers are numbers
 
 def test_numpy_numbers_in_config_train_as_plain_python_numbers():
-    config = settle(recipe_config(train={"lr": np.float32(1e-3), "epochs": np.int64(3)},
+    config = settle(mnist_config(train={"lr": np.float32(1e-3), "epochs": np.int64(3)},
                                   model={"hidden_units": list(np.array([32, 16])),
                                          "dropout": np.float64(0.25)}))
     assert config["train"]["lr"] == 0.001 and type(config["train"]["lr"]) is float
@@ -137,12 +137,12 @@ def test_numpy_numbers_in_config_train_as_plain_python_numbers():
     assert all(type(units) is int for units in config["model"]["hidden_units"])
     assert type(config["model"]["dropout"]) is float
     # config.yaml: plain YAML numbers, which yaml.safe_load reads back
-    assert yaml.safe_load(_config.dump(config))["train"] == {**config["train"]}
+    assert yaml.safe_load(recipe_config.dump(config))["train"] == {**config["train"]}
 
 
 def test_a_numpy_number_out_of_range_is_still_refused():
     with pytest.raises(UserError, match="'train.epochs' must be at least 1, got 0"):
-        settle(recipe_config(train={"epochs": np.int64(0)}))
+        settle(mnist_config(train={"epochs": np.int64(0)}))
 
 
 # ## A key a later change to CONFIG dropped
@@ -166,7 +166,7 @@ def test_a_key_the_file_declares_and_config_lacks_names_config(tmp_path):
     from keras_course_recipes import settings
 
     assert settings.written_keys(path, "CONFIG") == {"train.epochs", "train.lr"}
-    config = recipe_config()
+    config = mnist_config()
     config["train"] = {"epochs": 1}
     with pytest.raises(UserError, match="'train.lr' on the command line: CONFIG lacks it"):
         settle(config, "train.lr=0.1", declared=settings.written_keys(path, "CONFIG"))
@@ -243,7 +243,7 @@ def test_the_command_line_in_a_folder_with_a_file_that_hides_a_package_says_so(t
 def test_a_tensorflow_only_recipe_on_keras_backend_names_the_variable(monkeypatch):
     monkeypatch.setenv("KERAS_BACKEND", "jax")
     with pytest.raises(UserError) as error:
-        _config.resolve("graph_lessons", announce=lambda line: None)
+        recipe_config.resolve("graph_lessons", announce=lambda line: None)
     assert str(error.value).startswith("KERAS_BACKEND=jax (the environment variable) cannot run "
                                        "the tf.function lessons")
     assert "execution.backend=jax" not in str(error.value)
@@ -253,9 +253,9 @@ def test_a_recipe_file_on_keras_backend_names_the_variable(monkeypatch):
     """`KERAS_BACKEND=jax python graph_lessons.py`: the backend Keras loaded, as runs.main
     settles it."""
     monkeypatch.setenv("KERAS_BACKEND", "jax")
-    config = _config.recipe_values("graph_lessons")[0]
+    config = recipe_config.recipe_values("graph_lessons")[0]
     with pytest.raises(UserError) as error:
-        _config.settle("graph_lessons", config, layers=[(
+        recipe_config.settle("graph_lessons", config, layers=[(
             "by the backend Keras loaded", {"execution": {"backend": "jax"}})],
             only="the tf.function lessons", backend_setting=runs._backend_setting("jax"))
     assert str(error.value) == (

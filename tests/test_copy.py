@@ -28,10 +28,10 @@ PACKAGE = "keras_course_recipes"
 # The run's path, the same as `recipes run`'s (harness.py), with the callbacks every run adds;
 # not those a setting asks for (callbacks.graph, callbacks.diagnostics), loaded by name.
 KIT = [f"{PACKAGE}/{path}" for path in (
-    "__init__.py", "_config.py", "_distribute.py", "_environment.py", "callbacks/__init__.py",
+    "__init__.py", "_distribute.py", "_environment.py", "callbacks/__init__.py",
     "callbacks/best_checkpoint.py", "callbacks/execution_mode_check.py",
     "callbacks/run_estimate.py", "callbacks/timing.py", "data.py", "errors.py", "harness.py",
-    "models/__init__.py", "rundir.py", "runs.py", "settings.py")]
+    "models/__init__.py", "recipe_config.py", "rundir.py", "runs.py", "settings.py")]
 
 
 @pytest.mark.parametrize("module, model, augments", [
@@ -202,13 +202,13 @@ def check_resolves_alike(module):
     the execution mode included: null is the backend's compiled step (on
     TensorFlow, graph)."""
     recipe = kit.load(module)
-    from keras_course_recipes import _config
+    from keras_course_recipes import recipe_config
 
-    copied_config = _config.settle(  # as runs.main does, on the backend Keras loaded
+    copied_config = recipe_config.settle(  # as runs.main does, on the backend Keras loaded
         module, recipe.CONFIG, getattr(recipe, "CONFIG_SCHEMA", None),
         [("by the backend Keras loaded", {"execution": {"backend": "tensorflow"}})],
         announce=lambda line: None)
-    repository = _config.resolve(module, announce=lambda line: None)
+    repository = recipe_config.resolve(module, announce=lambda line: None)
     assert copied_config == repository
     assert repository["execution"]["mode"] == "graph"
 
@@ -231,7 +231,8 @@ def check_shows_what_a_student_copies(source):
     assert [call for call in KERAS_CALLS if call not in source] == []
     imported = {node.module for node in ast.walk(ast.parse(source))
                 if isinstance(node, ast.ImportFrom)}
-    assert not {"keras_course_recipes.harness", "keras_course_recipes._config", "keras_course_recipes._environment"} & imported
+    assert not {"keras_course_recipes.harness", "keras_course_recipes.recipe_config",
+                "keras_course_recipes._environment"} & imported
     assert "harness" not in re.findall(r"from keras_course_recipes import (\w+)", source)
 
 

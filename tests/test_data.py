@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from keras_course_recipes import UserError, _config, harness
+from keras_course_recipes import UserError, recipe_config, harness
 from keras_course_recipes import data as rdata
 from keras_course_recipes import folder as rfolder
 
 
 def data_config(*overrides):
-    return _config.resolve("cifar10_cnn", overrides=["data.batch_size=8", *overrides],
+    return recipe_config.resolve("cifar10_cnn", overrides=["data.batch_size=8", *overrides],
                            announce=lambda line: None)["data"]
 
 

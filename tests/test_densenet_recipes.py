@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 
 import keras_course_recipes as kit
-from keras_course_recipes import UserError, _config, harness
+from keras_course_recipes import UserError, recipe_config, harness
 from keras_course_recipes import data as rdata
 from keras_course_recipes.recipes.densenet_cifar100 import _schedule
 
-MODERN = _config.CONFIGS_DIR / "densenet_cifar100_modern.yaml"
+MODERN = recipe_config.CONFIGS_DIR / "densenet_cifar100_modern.yaml"
 
 
 def resolve(name, *overrides, files=()):
-    return _config.resolve(name, files, overrides, announce=lambda line: None)
+    return recipe_config.resolve(name, files, overrides, announce=lambda line: None)
 
 
 def test_yaml_recipes_layer_over_their_module():
@@ -42,7 +42,7 @@ def test_modern_config_runs_by_name_or_through_config():
 
 
 def test_a_yaml_recipe_may_only_set_existing_keys(tmp_path, monkeypatch):
-    monkeypatch.setattr(_config, "CONFIGS_DIR", tmp_path)
+    monkeypatch.setattr(recipe_config, "CONFIGS_DIR", tmp_path)
     (tmp_path / "typo.yaml").write_text("recipe: densenet_cifar100\ntrain:\n  warmup: 3\n")
     monkeypatch.setattr(kit, "CONFIGS_DIR", tmp_path)
     with pytest.raises(UserError, match="Unknown config key 'train.warmup'.*Did you mean train.warmup_epochs"):

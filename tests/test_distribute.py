@@ -125,7 +125,7 @@ WORKER = """
 import json, os, signal, sys
 import keras
 import keras_course_recipes as kit
-from keras_course_recipes import _config, harness
+from keras_course_recipes import recipe_config, harness
 
 overrides, kill_at = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 
@@ -139,7 +139,7 @@ class KillAt(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-config = _config.resolve("mnist_mlp", overrides=overrides, announce=print)
+config = recipe_config.resolve("mnist_mlp", overrides=overrides, announce=print)
 harness.train(config, extra_callbacks=[KillAt()] if kill_at else [])
 """
 

@@ -25,7 +25,7 @@ import keras_course_recipes as kit
 from benchmarks.__main__ import TOOLS as BENCHMARKS
 from conftest import ROOT, TINY, TINY_MODEL, measure_tensorflow_modes_here
 from keras_course_recipes import __main__ as cli, harness
-from keras_course_recipes import _config, _environment
+from keras_course_recipes import recipe_config as _config, _environment
 from keras_course_recipes.tools import compare as _compare
 from keras_course_recipes.tools import memory as _memory
 from keras_course_recipes.tools import notebooks as _notebooks

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import keras_course_recipes as kit
 from conftest import ROOT, TINY
-from keras_course_recipes import UserError, _config, errors, harness, rundir
+from keras_course_recipes import UserError, recipe_config, errors, harness, rundir
 from keras_course_recipes import folder as rfolder
 from keras_course_recipes.tools import soak as _soak
 
@@ -173,7 +173,7 @@ def test_bad_image_folders_are_user_errors(make, message, tmp_path):
 ])
 def test_values_no_run_can_use_are_refused_before_training(override, message):
     with pytest.raises(UserError, match=message):
-        _config.resolve("mnist_mlp", overrides=[override], announce=lambda line: None)
+        recipe_config.resolve("mnist_mlp", overrides=[override], announce=lambda line: None)
 
 
 def test_an_unwritable_run_directory_is_a_user_error(tiny_config, tmp_path):

@@ -28,7 +28,7 @@ from packaging.utils import canonicalize_name
 
 import keras_course_recipes as kit
 from conftest import ROOT, TINY, TINY_MODEL, fast_xla_env, run_once, shared_folder
-from keras_course_recipes import UserError, _config, _environment, harness
+from keras_course_recipes import UserError, recipe_config, _environment, harness
 from keras_course_recipes import data as rdata
 from keras_course_recipes import folder as rfolder
 from keras_course_recipes import augment as raugment
@@ -37,7 +37,8 @@ from keras_course_recipes.data import ArrayBatches
 from test_data import write_folder
 
 JAX_ENV = fast_xla_env(KERAS_BACKEND="jax")
-PORTABLE_MODULES = [module for module in kit.MODULES if _config.tensorflow_only(module) is None]
+PORTABLE_MODULES = [module for module in kit.MODULES
+                    if recipe_config.tensorflow_only(module) is None]
 
 
 def tiny(name, tmp_path, *overrides):
@@ -132,7 +133,7 @@ def shared_runs(folder):
 DRIVER = """
 import json, sys, traceback
 import keras
-from keras_course_recipes import _config, harness
+from keras_course_recipes import recipe_config, harness
 results = {}
 for label, name, overrides in json.loads(sys.argv[1]):
     keras.mixed_precision.set_global_policy("float32")
@@ -142,7 +143,7 @@ for label, name, overrides in json.loads(sys.argv[1]):
             exec(overrides, scope)
             results[label] = scope["found"]
         else:
-            config = _config.resolve(name, overrides=overrides, announce=lambda line: None)
+            config = recipe_config.resolve(name, overrides=overrides, announce=lambda line: None)
             results[label] = harness.train(config)
     except Exception:
         results[label] = {"driver_traceback": traceback.format_exc()}
@@ -260,14 +261,14 @@ def test_what_is_tensorflow_s_refuses_jax_and_torch_naming_the_feature(backend, 
                                                                        feature):
     overrides = [f"execution.backend={backend}", *([override] if override else [])]
     with pytest.raises(UserError, match=f"execution.backend={backend} cannot run") as error:
-        _config.resolve(name, overrides=overrides, announce=lambda line: None)
+        recipe_config.resolve(name, overrides=overrides, announce=lambda line: None)
     assert feature in str(error.value)
 
 
 @pytest.mark.parametrize("backend, compiler", [("jax", "jax.jit"), ("torch", "torch.compile")])
 def test_graph_mode_a_tf_function_is_refused_on_jax_and_torch(backend, compiler):
     with pytest.raises(UserError) as error:
-        _config.resolve("mnist_mlp", overrides=[f"execution.backend={backend}",
+        recipe_config.resolve("mnist_mlp", overrides=[f"execution.backend={backend}",
                                                 "execution.mode=graph"], announce=lambda line: None)
     assert str(error.value) == (f"execution.mode=graph is a tf.function, TensorFlow's; on {backend}, "
                                 f"use execution.mode=xla (jit_compile: {compiler}) or eager.")
@@ -287,7 +288,7 @@ def test_tensorflow_s_tools_refuse_jax_in_one_line(command, reason):
 
 def test_the_default_mode_is_the_backends_compiled_step():
     def mode(*overrides):
-        return _config.resolve("mnist_mlp", overrides=overrides,
+        return recipe_config.resolve("mnist_mlp", overrides=overrides,
                                announce=lambda line: None)["execution"]["mode"]
 
     assert mode() == "graph"
@@ -453,7 +454,7 @@ def test_auto_places_augmentation_in_the_step_without_tensorflow(monkeypatch):
      "data.augment_engine=keras_cv needs TensorFlow"),
 ])
 def test_without_tensorflow_what_needs_it_is_one_line(overrides, message, monkeypatch):
-    config = _config.resolve("cifar10_cnn", overrides=overrides, announce=lambda line: None)
+    config = recipe_config.resolve("cifar10_cnn", overrides=overrides, announce=lambda line: None)
     monkeypatch.setattr(rdata, "HAS_TENSORFLOW", False)
     with pytest.raises(UserError, match=message):
         rdata.load(config["data"], augmentation=raugment.from_config(config["data"]))

@@ -1,5 +1,5 @@
 """CONFIG is Python: whatever a student writes there trains with its value, from
-a recipe file (`runs.main`) and from `python -m keras_course_recipes` (`_config.resolve`);
+a recipe file (`runs.main`) and from `python -m keras_course_recipes` (`recipe_config.resolve`);
 a misspelt key or a value of the wrong type is still one line."""
 
 import json
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from keras_course_recipes import UserError, _config, runs
+from keras_course_recipes import UserError, recipe_config, runs
 from keras_course_recipes import __main__ as cli
 
 
@@ -18,7 +18,7 @@ def package(tmp_path, monkeypatch):
     """A copy of recipes/ that the test may edit, in the place of the real one."""
     copy = tmp_path / "recipes"
     shutil.copytree(ROOT / "recipes", copy)
-    monkeypatch.setattr(_config, "RECIPES_DIR", copy)
+    monkeypatch.setattr(recipe_config, "RECIPES_DIR", copy)
     return copy
 
 
@@ -36,7 +36,7 @@ def edit(path, old, new):
 def test_a_wrong_value_in_a_modules_config_is_refused_naming_the_file(package, old, new, message):
     edit(package / "mnist_mlp.py", old, new)
     with pytest.raises(UserError, match=f"{message}.* in .*mnist_mlp.py's CONFIG"):
-        _config.resolve("mnist_mlp", announce=print)
+        recipe_config.resolve("mnist_mlp", announce=print)
 
 
 @pytest.mark.parametrize("old, new, key, value", [
@@ -48,7 +48,7 @@ def test_a_wrong_value_in_a_modules_config_is_refused_naming_the_file(package, o
 def test_a_modules_config_written_as_python_resolves_to_its_value(package, old, new, key, value):
     """Not a literal: the module's own CONFIG, Keras started first on the backend asked for."""
     edit(package / "mnist_mlp.py", old, new)
-    assert _config.resolve("mnist_mlp", announce=print)["model"][key] == value
+    assert recipe_config.resolve("mnist_mlp", announce=print)["model"][key] == value
 
 
 def test_a_backend_written_as_an_expression_is_one_line_saying_what_to_write(package):
@@ -56,7 +56,7 @@ def test_a_backend_written_as_an_expression_is_one_line_saying_what_to_write(pac
     edit(package / "mnist_mlp.py", '"seed": 0,', '"seed": 0, "backend": "tensor" + "flow",')
     with pytest.raises(UserError, match=r"line \d+: CONFIG's execution.backend is read before "
                                         "Keras loads.*plain value"):
-        _config.resolve("mnist_mlp", announce=print)
+        recipe_config.resolve("mnist_mlp", announce=print)
 
 
 def student_file(tmp_path, *edits, module="mnist_mlp"):

@@ -6,18 +6,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_course_recipes import _config
+from keras_course_recipes import recipe_config
 from keras_course_recipes.errors import UserError
 from keras_course_recipes import augment as raugment
 
 
 def test_the_paper_recipe_trains_on_every_image_with_its_momentum_and_padding():
-    paper = _config.resolve("densenet_cifar100", announce=lambda line: None)
+    paper = recipe_config.resolve("densenet_cifar100", announce=lambda line: None)
     assert paper["data"]["validation_split"] == 0
     assert paper["model"]["batch_norm_momentum"] == 0.9  # Torch's 0.1
     assert paper["data"]["augment"][0] == {"pad_crop": {"fill": "mean"}}
     # The CPU recipe keeps the protocol its results were measured with.
-    cpu = _config.resolve("densenet_cifar10_wide", announce=lambda line: None)
+    cpu = recipe_config.resolve("densenet_cifar10_wide", announce=lambda line: None)
     assert cpu["data"]["validation_split"] == 0.1 and cpu["data"]["augment"][0] == "pad_crop"
 
 

@@ -5,7 +5,7 @@ import re
 
 import keras_course_recipes as kit
 from conftest import ROOT
-from keras_course_recipes import _config, settings
+from keras_course_recipes import recipe_config, settings
 
 
 REFERENCE = ROOT / "docs" / "configuration.md"
@@ -27,9 +27,9 @@ def config_table_rows(page=REFERENCE):
 def default_keys():
     """Every recipe's keys: the defaults, with the augmentation keys a recipe that augments
     has, and the train keys that every recipe's CONFIG sets."""
-    trains = [set(_config.recipe_values(module)[0]["train"]) for module in kit.MODULES]
+    trains = [set(recipe_config.recipe_values(module)[0]["train"]) for module in kit.MODULES]
     return {f"{section}.{key}" for module in kit.MODULES
-            for section, values in _config.defaults(module).items() for key in values} | {
+            for section, values in recipe_config.defaults(module).items() for key in values} | {
         f"train.{key}" for key in set.intersection(*trains)}
 
 
@@ -68,7 +68,7 @@ def test_the_table_states_each_plain_default():
     rows = config_table_rows()
     for key in default_keys():
         section, name = key.split(".")
-        default = _config.defaults("cifar10_cnn")[section].get(name)
+        default = recipe_config.defaults("cifar10_cnn")[section].get(name)
         if isinstance(default, (bool, int, float)) and key not in ("train.epochs", "train.lr"):
             # A table cell shows YAML: true, 0.1, 2048.
             shown = str(default).lower() if isinstance(default, bool) else str(default)

@@ -11,7 +11,7 @@ import pytest
 
 import keras_course_recipes as kit
 from conftest import ROOT
-from keras_course_recipes import UserError, _config, settings
+from keras_course_recipes import UserError, recipe_config, settings
 
 # The kit's modules (its commands in tools/ aside, which work on given recipes).
 KIT_MODULES = sorted(kit.PACKAGE_DIR.glob("*.py"))
@@ -24,8 +24,8 @@ def recipe_own_keys():
     kit_keys = {*settings.TYPES, *settings.LIMITS, *settings.CHOICES}
     own = set()
     for module in kit.MODULES:
-        shared = settings.flatten(_config.defaults(module))
-        own |= {key for key in settings.flatten(_config.recipe_values(module)[0])
+        shared = settings.flatten(recipe_config.defaults(module))
+        own |= {key for key in settings.flatten(recipe_config.recipe_values(module)[0])
                 if key not in shared and key not in kit_keys}
     return own
 
@@ -65,7 +65,7 @@ def test_the_guard_finds_what_it_looks_for():
 def test_the_kit_keeps_the_shared_train_keys_and_no_recipe_keeps_the_kits():
     """train.epochs, steps_per_epoch and lr are in every recipe's CONFIG, typed by the kit."""
     for module in kit.MODULES:
-        train = _config.recipe_values(module)[0]["train"]
+        train = recipe_config.recipe_values(module)[0]["train"]
         assert {"epochs", "steps_per_epoch", "lr"} <= set(train), module
     assert {f"train.{key}" for key in settings.TRAIN_KEYS} <= set(settings.TYPES)
 
@@ -103,10 +103,10 @@ def new_recipe(tmp_path, monkeypatch):
     folder.mkdir()
     (folder / "my_recipe.py").write_text(NEW_RECIPE)
     monkeypatch.setattr(kit, "MODULES", (*kit.MODULES, "my_recipe"))
-    monkeypatch.setattr(_config, "RECIPES_DIR", folder)
+    monkeypatch.setattr(recipe_config, "RECIPES_DIR", folder)
 
     def resolve(*overrides):
-        return _config.resolve("my_recipe", overrides=overrides, announce=lambda line: None)
+        return recipe_config.resolve("my_recipe", overrides=overrides, announce=lambda line: None)
     return resolve
 
 
@@ -140,7 +140,7 @@ def test_a_new_recipes_own_key_is_refused_out_of_its_declared_bounds(new_recipe,
 
 
 def test_a_new_recipes_config_out_of_its_bounds_is_refused_where_it_is_written(new_recipe):
-    source = _config.RECIPES_DIR / "my_recipe.py"
+    source = recipe_config.RECIPES_DIR / "my_recipe.py"
     source.write_text(NEW_RECIPE.replace('"blocks": 3', '"blocks": 12'))
     with pytest.raises(UserError, match=r"'model.blocks' must be at least 1 and at most 8, got "
                                         rf"12 in {re.escape(str(source))}'s CONFIG"):
@@ -156,7 +156,7 @@ def test_a_new_recipes_config_out_of_its_bounds_is_refused_where_it_is_written(n
                               "settings lack"),
 ])
 def test_a_schema_the_kit_cannot_read_is_one_line_naming_the_key(new_recipe, rule, message):
-    source = _config.RECIPES_DIR / "my_recipe.py"
+    source = recipe_config.RECIPES_DIR / "my_recipe.py"
     source.write_text(NEW_RECIPE.replace(
         '"model.blocks": {"type": "int", "at_least": 1, "at_most": 8}',
         f'"model.blocks": {rule!r}'))
@@ -180,8 +180,9 @@ def test_the_add_a_recipe_pages_example_declares_its_key(tmp_path, monkeypatch):
     (code,) = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
     (tmp_path / "my_softmax.py").write_text(code)
     monkeypatch.setattr(kit, "MODULES", (*kit.MODULES, "my_softmax"))
-    monkeypatch.setattr(_config, "RECIPES_DIR", tmp_path)
-    assert _config.resolve("my_softmax", announce=lambda line: None)["model"]["hidden_units"] == []
+    monkeypatch.setattr(recipe_config, "RECIPES_DIR", tmp_path)
+    config = recipe_config.resolve("my_softmax", announce=lambda line: None)
+    assert config["model"]["hidden_units"] == []
     with pytest.raises(UserError, match="'model.hidden_units' must be a list of integers, each "
                                         "at least 1, got \\[0\\] on the command line"):
-        _config.resolve("my_softmax", overrides=["model.hidden_units=[0]"])
+        recipe_config.resolve("my_softmax", overrides=["model.hidden_units=[0]"])

@@ -16,7 +16,7 @@ import pytest
 
 from benchmarks import results
 from keras_course_recipes import __main__ as cli
-from keras_course_recipes import _config, errors, rundir
+from keras_course_recipes import recipe_config, errors, rundir
 from keras_course_recipes.tools import record
 
 DEVICE = {"cpu": "AMD EPYC 7R13", "cpu_generation": "family 25, model 1",
@@ -28,7 +28,7 @@ def finished_run(folder, *overrides, **metrics):
     (config.yaml, metrics.json), its config `overrides` and metrics.json's
     top-level keys `metrics` changed."""
     folder.mkdir(parents=True)
-    config = _config.resolve("mnist_mlp", overrides=[
+    config = recipe_config.resolve("mnist_mlp", overrides=[
         "data.source=folder", f"data.path={folder.parent / 'images'}", "train.epochs=2",
         *overrides], announce=lambda line: None)
     rundir.write_config(folder, config)

@@ -32,11 +32,11 @@ if keras.backend.backend() == "tensorflow":
     tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.config.threading.set_intra_op_parallelism_threads(1)
 import keras_course_recipes as kit
-from keras_course_recipes import _config, harness
+from keras_course_recipes import recipe_config, harness
 results = {}
 for label, name, overrides in json.loads(sys.argv[1]):
     try:
-        config = _config.resolve(name, overrides=overrides, announce=lambda line: None)
+        config = recipe_config.resolve(name, overrides=overrides, announce=lambda line: None)
         results[label] = harness.train(config)
     except Exception:
         results[label] = {"driver_traceback": traceback.format_exc()}

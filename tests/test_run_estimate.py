@@ -5,7 +5,7 @@ import pytest
 import keras_course_recipes as kit
 import keras_course_recipes.callbacks.run_estimate as run_estimate_module
 from keras_course_recipes.callbacks.run_estimate import RunEstimate
-from keras_course_recipes import _config, harness
+from keras_course_recipes import recipe_config, harness
 
 
 class Clock:
@@ -55,7 +55,7 @@ def test_bad_epochs_are_refused():
 
 
 def test_every_recipe_trains_with_it_pointing_to_the_cpu_recipes_on_a_cpu(tmp_path):
-    config = _config.resolve("densenet_cifar100", overrides=["train.epochs=300",
+    config = recipe_config.resolve("densenet_cifar100", overrides=["train.epochs=300",
                                                              f"run.dir={tmp_path / 'run'}"],
                              announce=lambda line: None)
     run = harness.open_run(config)

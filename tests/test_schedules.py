@@ -3,17 +3,17 @@ schedule, the paper's, has none, and asking for one is refused."""
 
 import pytest
 
-from keras_course_recipes import UserError, _config
+from keras_course_recipes import UserError, recipe_config
 
 
 def test_a_warm_up_with_the_step_schedule_is_refused_before_anything_runs():
     with pytest.raises(UserError, match="warmup_epochs works with train.schedule=cosine"):
-        _config.resolve("densenet_cifar100", overrides=["train.warmup_epochs=1"],
+        recipe_config.resolve("densenet_cifar100", overrides=["train.warmup_epochs=1"],
                         announce=lambda line: None)
 
 
 def test_a_warm_up_as_long_as_the_run_is_refused():
     with pytest.raises(UserError, match="warmup_epochs=4 must be below train.epochs=4"):
-        _config.resolve("densenet_cifar100", overrides=[
+        recipe_config.resolve("densenet_cifar100", overrides=[
             "train.epochs=4", "train.schedule=cosine", "train.warmup_epochs=4"],
             announce=lambda line: None)

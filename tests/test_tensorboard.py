@@ -12,7 +12,7 @@ from tensorflow.core.protobuf import config_pb2
 from xprof.convert import raw_to_tool_data
 
 import keras_course_recipes as kit
-from keras_course_recipes import UserError, _config, harness
+from keras_course_recipes import UserError, recipe_config, harness
 from keras_course_recipes.tools import graph as _graph
 from keras_course_recipes.tools import profile as _profile
 
@@ -97,7 +97,7 @@ def test_a_profile_trace_is_written(tiny_config):
 ])
 def test_bad_profile_ranges_are_user_errors(value, message):
     with pytest.raises(UserError, match=message):
-        _config.resolve("mnist_mlp", overrides=[f"callbacks.profile={value}"],
+        recipe_config.resolve("mnist_mlp", overrides=[f"callbacks.profile={value}"],
                         announce=lambda line: None)
 
 

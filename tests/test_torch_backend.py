@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import ROOT, TINY
-from keras_course_recipes import UserError, _config, _environment, rundir
+from keras_course_recipes import UserError, recipe_config, _environment, rundir
 
 needs_torch = pytest.mark.skipif(not _environment.installed("torch"),
                                  reason="PyTorch is not installed here (requirements-torch.txt)")
@@ -22,7 +22,7 @@ def test_keras_backend_sets_execution_backend_where_the_command_line_does_not(mo
     """`KERAS_BACKEND=torch python -m keras_course_recipes compare ...` once ran every mode on
     TensorFlow without a word: execution.backend's default overwrote it."""
     monkeypatch.setenv("KERAS_BACKEND", "torch")
-    resolve = lambda *items: _config.resolve("mnist_mlp", overrides=items,  # noqa: E731
+    resolve = lambda *items: recipe_config.resolve("mnist_mlp", overrides=items,  # noqa: E731
                                              announce=lambda line: None)["execution"]
     assert resolve() == {**resolve(), "backend": "torch", "mode": "eager"}
     assert resolve("execution.backend=tensorflow")["backend"] == "tensorflow"

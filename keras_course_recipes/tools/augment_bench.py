@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_course_recipes import RUNS_DIR, UserError, _config, rundir
+from keras_course_recipes import RUNS_DIR, UserError, recipe_config, rundir
 from keras_course_recipes._environment import device_label
 from keras_course_recipes.tools import Command, Option, compare, count, parse_choices
 from keras_course_recipes.tools.tables import markdown_table, number_cell, write_csv
@@ -41,7 +41,7 @@ def benchmark(name, steps=compare.DEFAULT_STEPS, config_files=(), overrides=(), 
 
     alone = (list(augment.OPERATIONS) if operations is None else
              parse_choices("operations", operations, list(augment.OPERATIONS), "operation"))
-    config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
+    config = recipe_config.resolve(name, config_files, overrides, announce=lambda line: None)
     pipeline = config["data"].get("augment")
     if not pipeline:
         raise UserError(f"{name} has no data.augment to benchmark; add some, e.g. "

@@ -11,7 +11,7 @@ input. Keras has no input-pipeline benchmark, hence this module.
 import time
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, _config, rundir
+from keras_course_recipes import RUNS_DIR, recipe_config, rundir
 from keras_course_recipes.tools import Command, count
 
 DEFAULT_STEPS = 200
@@ -19,7 +19,7 @@ DEFAULT_STEPS = 200
 
 def benchmark(name, steps=DEFAULT_STEPS, config_files=(), overrides=(), warmup=10):
     """Times recipe `name`'s training pipeline over `steps` batches; returns the numbers."""
-    config = _config.resolve(name, config_files, [
+    config = recipe_config.resolve(name, config_files, [
         *overrides, f"run.dir={rundir.timestamped(RUNS_DIR / 'data-benchmark' / name)}"])
     started = time.perf_counter()
     experiment = kit.load(name).build(config)

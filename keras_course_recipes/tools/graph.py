@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, UserError, _config, rundir
+from keras_course_recipes import RUNS_DIR, UserError, recipe_config, rundir
 from keras_course_recipes.tools import Command
 
 
@@ -20,7 +20,7 @@ def write_graph(name, config_files=(), overrides=()):
     """Writes recipe `name`'s training-step graph; returns the output directory."""
     out_dir = rundir.timestamped(RUNS_DIR / "graph" / name)
     # Random images unless asked otherwise: the graph depends on shapes only.
-    config = _config.resolve(name, config_files, [
+    config = recipe_config.resolve(name, config_files, [
         "data.source=synthetic", *overrides, f"run.dir={out_dir}", "run.verbose=0",
         "callbacks.graph=false",
     ], announce=lambda line: None)

@@ -34,7 +34,7 @@ import tensorflow as tf
 
 import keras_course_recipes as kit
 from keras_course_recipes.callbacks.timing import Timing, execution_mode
-from keras_course_recipes import _config, _environment, harness, rundir
+from keras_course_recipes import recipe_config, _environment, harness, rundir
 from keras_course_recipes.augment import network_of
 from keras_course_recipes.tools import loops
 from keras_course_recipes.tools.compare import BACKEND_MODES, SPE, WARMUP_STEPS
@@ -78,7 +78,7 @@ def measure(job, peak_rss=True, peak_gpu=True):
         # One execution of SPE steps to trace, then whole executions.
         overrides += [f"execution.steps_per_execution={SPE}",
                       f"train.steps_per_epoch={SPE * (1 + -(-steps // SPE))}"]
-    config = _config.resolve(job["name"], job["config_files"], overrides,
+    config = recipe_config.resolve(job["name"], job["config_files"], overrides,
                              announce=lambda line: None)
     strategy = harness.prepare(config)
     with strategy.scope():

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, UserError, _config, rundir
+from keras_course_recipes import RUNS_DIR, UserError, recipe_config, rundir
 from keras_course_recipes._environment import device_label
 from keras_course_recipes.tools import Command, Option, count, parse_choices, plots
 from keras_course_recipes.tools.compare import shown_command
@@ -51,12 +51,12 @@ def measure_all(name, backprops=BACKPROPS, steps=DEFAULT_STEPS, config_files=(),
                 out_dir=None):
     """Measures every variant and backprop of recipe `name`; returns the rows."""
     overrides = ["data.source=synthetic", *overrides]
-    config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
+    config = recipe_config.resolve(name, config_files, overrides, announce=lambda line: None)
     if "backprop" not in config["model"]:
         raise UserError(f"{name} has no model.backprop to compare; "
                         "`memory` is for the RevNet recipes.")
     variants = ([config["model"]["variant"]] if any(o.startswith("model.variant=") for o in overrides)
-                else _config.recipe_schema(kit.module_of(name))["model.variant"])
+                else recipe_config.recipe_schema(kit.module_of(name))["model.variant"])
     if out_dir is None:
         out_dir = rundir.timestamped(RUNS_DIR / "memory" / name)
     out_dir = Path(out_dir)
@@ -117,7 +117,7 @@ def _measure(job):
     from keras_course_recipes import _environment
     from keras_course_recipes.augment import network_of
 
-    config = _config.resolve(job["name"], job["config_files"], [
+    config = recipe_config.resolve(job["name"], job["config_files"], [
         *job["overrides"], f"run.dir={job['run_dir']}", "run.verbose=0",
         f"train.steps_per_epoch={WARMUP_STEPS + job['steps']}"], announce=lambda line: None)
     experiment = kit.load(job["name"]).build(config)

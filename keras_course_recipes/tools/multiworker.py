@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from keras_course_recipes import UserError, _config, harness, rundir
+from keras_course_recipes import UserError, recipe_config, harness, rundir
 from keras_course_recipes.tools import Command, count
 
 
@@ -52,7 +52,7 @@ def launch(name, workers, config_files=(), overrides=()):
         raise UserError(f"workers= needs at least 2 worker processes, got {workers}; "
                         "for one, run the recipe without execution.strategy=multi_worker.")
     overrides = [*overrides, "execution.strategy=multi_worker"]
-    config = _config.resolve(name, config_files, overrides)
+    config = recipe_config.resolve(name, config_files, overrides)
     # The run every worker joins: a new one, run.dir, or with run.resume the
     # latest unfinished one.
     run_dir, _ = harness.choose(config)

@@ -9,13 +9,13 @@ CutMix show their two largest classes.
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, UserError, _config, rundir
+from keras_course_recipes import RUNS_DIR, UserError, recipe_config, rundir
 from keras_course_recipes.tools import Command, plots
 
 
 def preview(name, config_files=(), overrides=(), count=8):
     """Writes the grid for recipe `name`; returns the PNG's path."""
-    config = _config.resolve(name, config_files, overrides)
+    config = recipe_config.resolve(name, config_files, overrides)
     if not config["data"].get("augment"):
         raise UserError(f"{name} has no data.augment to preview; add some, e.g. "
                         "data.augment=[pad_crop,flip,cutmix].")

@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, UserError, _config, harness, rundir
+from keras_course_recipes import RUNS_DIR, UserError, recipe_config, harness, rundir
 from keras_course_recipes.errors import install_advice
 from keras_course_recipes.tools import Command, tables
 
@@ -55,10 +55,10 @@ def profile(name, config_files=(), overrides=()):
     first = WARMUP_STEPS + 1
     forced = ["train.epochs=1", f"train.steps_per_epoch={WARMUP_STEPS + PROFILED_STEPS}",
               f"run.dir={out_dir}", "run.verbose=0"]
-    config = _config.resolve(name, config_files, overrides, announce=lambda line: None)
+    config = recipe_config.resolve(name, config_files, overrides, announce=lambda line: None)
     if config["train"].get("warmup_epochs"):  # one epoch leaves no room for a warm-up
         forced.append("train.warmup_epochs=0")
-    config = _config.resolve(name, config_files, [*overrides, *forced], announce=print)
+    config = recipe_config.resolve(name, config_files, [*overrides, *forced], announce=print)
     if config["execution"]["mode"] == "eager":
         raise UserError("profile times graph ops; execution.mode=eager runs op by op "
                         "from Python. Use execution.mode=graph or xla.")

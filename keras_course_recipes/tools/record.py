@@ -37,7 +37,7 @@ from pathlib import Path
 
 import yaml
 
-from keras_course_recipes import _config, errors, rundir
+from keras_course_recipes import recipe_config, errors, rundir
 from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import Command
 
@@ -226,7 +226,7 @@ def _defaults(recipe):
     override: not the environment's KERAS_BACKEND, which would hide the run's backend
     from the command."""
     with _without_environment("KERAS_BACKEND"):
-        return _config.resolve(recipe, announce=lambda line: None)
+        return recipe_config.resolve(recipe, announce=lambda line: None)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from keras_course_recipes import RUNS_DIR, UserError, _config, rundir
+from keras_course_recipes import RUNS_DIR, UserError, recipe_config, rundir
 from keras_course_recipes.tools import Command, count, tables
 
 POLL_S = 0.001
@@ -32,7 +32,7 @@ def soak(name, kills=DEFAULT_KILLS, config_files=(), overrides=(), seed=0, runs_
     """Kills and resumes recipe `name` `kills` times; prints and returns the results."""
     run_dir = rundir.new_directory(runs_dir / "soak" / name).resolve()
     reference = run_dir.with_name(f"{run_dir.name}-uninterrupted")
-    config = _config.resolve(name, config_files, [*overrides, f"run.dir={run_dir}"],
+    config = recipe_config.resolve(name, config_files, [*overrides, f"run.dir={run_dir}"],
                              announce=lambda line: None)
     epochs = config["train"]["epochs"]
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from keras_course_recipes import RUNS_DIR, UserError, _config, harness, rundir
+from keras_course_recipes import RUNS_DIR, UserError, recipe_config, harness, rundir
 from keras_course_recipes.tools import Command
 from keras_course_recipes.tools.tables import markdown_table, write_csv
 
@@ -76,7 +76,7 @@ def sweep(name, grid_items, config_files=(), overrides=(), sweep_dir=None, one_a
     sweep_dir = Path(sweep_dir)
 
     if one_at_a_time:
-        base = _config.resolve(name, config_files, overrides, announce=lambda line: None)
+        base = recipe_config.resolve(name, config_files, overrides, announce=lambda line: None)
         baseline = {key: _lookup(base, key) for key in keys}
         all_settings = [baseline] + [{**baseline, key: value} for key, values in grid
                                      for value in values if value != baseline[key]]
@@ -91,7 +91,7 @@ def sweep(name, grid_items, config_files=(), overrides=(), sweep_dir=None, one_a
         run_dir = sweep_dir / re.sub(r"[^\w.,=-]+", "_", label)
         items = [*overrides, *(f"{key}={json.dumps(value)}" for key, value in settings.items()),
                  f"run.dir={run_dir}"]
-        config = _config.resolve(name, config_files, items, announce=lambda line: None)
+        config = recipe_config.resolve(name, config_files, items, announce=lambda line: None)
         combinations.append((settings, run_dir, config))
     # Before training: else the first run fails, advising run.dir, which sweep sets itself.
     try:

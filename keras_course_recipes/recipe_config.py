@@ -90,8 +90,8 @@ def resolve(name, config_files=(), overrides=(), announce=print, environment=Tru
                        {"execution": {"backend": asked}}))
     from_environment = asked and not any(item.partition("=")[0].strip() == "execution.backend"
                                          for item in overrides)
-    recipe_config, schema = recipe_values(module, layers, overrides)
-    return settle(name, recipe_config, schema, layers, overrides, announce,
+    values, schema = recipe_values(module, layers, overrides)
+    return settle(name, values, schema, layers, overrides, announce,
                   f"in {source}'s CONFIG", tensorflow_only(module),
                   declared=settings.written_keys(source, "CONFIG"),
                   backend_setting=(f"KERAS_BACKEND={asked} (the environment variable)",
@@ -99,21 +99,21 @@ def resolve(name, config_files=(), overrides=(), announce=print, environment=Tru
                                    "execution.backend=tensorflow") if from_environment else None)
 
 
-def settle(name, recipe_config, schema=None, layers=(), overrides=(), announce=print,
+def settle(name, values, schema=None, layers=(), overrides=(), announce=print,
            origin="in CONFIG", only=None, declared=(), backend_setting=None):
-    """Recipe `name`'s settings from its CONFIG object `recipe_config` (written
+    """Recipe `name`'s settings from its CONFIG object `values` (written
     `origin`), `CONFIG_SCHEMA` and `TENSORFLOW_ONLY` (`only`), the YAML `layers` and
     the overrides, every check passed: what `resolve` gives the command line, and
     `runs.main` a recipe file. `declared`: the keys the recipe's file writes in
     CONFIG (`settings.resolve`'s); `backend_setting`: (what asked for the backend,
     how to undo it) where that is not `execution.backend` (`_check_backend`)."""
-    check_sections(recipe_config, origin)
-    sections = settings.defaults(recipe_config, PACKAGE_DIR)
-    unknown = sorted(set(recipe_config) - set(sections))
+    check_sections(values, origin)
+    sections = settings.defaults(values, PACKAGE_DIR)
+    unknown = sorted(set(values) - set(sections))
     if unknown:
         raise UserError(f"{name}: unknown CONFIG section {unknown[0]}; sections are "
                         f"{', '.join(sections)}.")
-    config = settings.resolve(name, sections, recipe_config, layers=layers, overrides=overrides,
+    config = settings.resolve(name, sections, values, layers=layers, overrides=overrides,
                               schema=schema, announce=announce, origin=origin, declared=declared)
     backend = config["execution"]["backend"]
     if backend != "tensorflow":
@@ -123,13 +123,13 @@ def settle(name, recipe_config, schema=None, layers=(), overrides=(), announce=p
     return config
 
 
-def check_sections(recipe_config, origin="in CONFIG"):
+def check_sections(values, origin="in CONFIG"):
     """Refuses a CONFIG (written `origin`) that is not a dict of dicts: `CONFIG = None`."""
     where = origin.removeprefix("in ")
-    if not isinstance(recipe_config, dict):
+    if not isinstance(values, dict):
         raise UserError(f"{where} must be a dict of sections (data, model, train, execution, "
-                        f"callbacks, run), got {recipe_config!r}.")
-    for section, keys in recipe_config.items():
+                        f"callbacks, run), got {values!r}.")
+    for section, keys in values.items():
         if not isinstance(keys, dict):
             raise UserError(f"{where}'s '{section}' section must be a dict of keys, got "
                             f"{keys!r}.")
