@@ -152,7 +152,7 @@ def main(argv=None, tools=None, prog=None):
         _environment.request_backend(config)
     _environment.request_onednn(config)
     if command.takes_config:
-        command.run(config, **options)
+        command.run(config=config, **options)
     else:
         command.run(**arguments, **options)
     return 0
