@@ -33,7 +33,8 @@ import time
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, recipe_config, _environment, rundir, settings
+from keras_course_recipes import RUNS_DIR, recipe_config, rundir, settings
+from keras_course_recipes.machine import device_info, versions as kit_versions
 from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import Command, count, record
 from keras_course_recipes.tools.tables import markdown_table
@@ -205,7 +206,7 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None, l
     if not torch_installed():
         raise UserError("anchor runs cifar10-airbench's PyTorch script, and PyTorch is not "
                         "installed here: pip install -r requirements-torch.txt (its CPU build).")
-    machine = machine or record.machine_class(_environment.device_info())
+    machine = machine or record.machine_class(device_info())
     if label is not None and machine is None:
         raise UserError("--record needs the machine class (docs/machines.md), which this CPU "
                         "does not tell: give --machine CLASS.")
@@ -257,7 +258,7 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None, l
 def store_rows(rows, label, name, kind, machine, command, config, out_dir=None):
     """anchor's runs as rows of the results store: each side a group of its own; a
     recipe's run (in `out_dir`) identified by its directory and its weights."""
-    versions, today = _environment.versions(), datetime.date.today().isoformat()
+    versions, today = kit_versions(), datetime.date.today().isoformat()
     found = []
     for row in rows:
         airbench = row["what"] == kind

@@ -31,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from keras_course_recipes import RUNS_DIR, UserError, recipe_config, _environment, rundir
+from keras_course_recipes import RUNS_DIR, UserError, machine, process, recipe_config, rundir
 from keras_course_recipes.tools import Command, Option, count, parse_choices
 from keras_course_recipes.tools.compare import (BACKEND_MODES, WARMUP_STEPS, measure_mode, median_run,
                                    step_line)
@@ -109,8 +109,8 @@ def benchmark(name, variants=tuple(VARIANTS), steps=DEFAULT_STEPS, repeats=1, sc
              *([f"--script={Path(script).name}"] if script else []),
              *(f"--config={path}" for path in config_files)]),
          "recipe": name, "batch": batch, "precision": precision, "steps": steps,
-         "repeats": repeats, "rows": rows, "device": _environment.device_info(),
-         "versions": _environment.versions()}, indent=2) + "\n")
+         "repeats": repeats, "rows": rows, "device": machine.device_info(),
+         "versions": machine.versions()}, indent=2) + "\n")
     print(f"\n{table}\n\nimages_per_s: the batch over the median step; first_step_s: the "
           f"first step less a steady one (tracing, compiling); vs_first: images/s over "
           f"{rows[0]['variant']}'s\n"
@@ -126,7 +126,7 @@ def _available(name, variants, script, config_files, overrides):
         _, mode, settings = VARIANTS[variant]
         backend = "torch" if mode is None else BACKEND_MODES.get(mode, ("tensorflow",))[0]
         try:
-            _environment.require_backend(backend)
+            process.require_backend(backend)
         except UserError as missing:
             print(f"{variant}: left out: {missing}", flush=True)
             continue

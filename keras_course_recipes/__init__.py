@@ -12,7 +12,7 @@ The kit, in this folder: `runs` (a recipe's command line and run),
 `settings` (every key's checks), `rundir` (the run directory: lock, resume,
 repairs), `errors`, `data` (what it trains on), `folder` (image folders) and
 `augment` (augmentation); then `harness` (what `recipes run` adds around a
-recipe), `recipe_config`, `_environment` and `_distribute` (the harness's), and
+recipe), `recipe_config`, `machine`, `process` and `_distribute` (the harness's), and
 `tools` (the commands that work on a recipe). `RecipeRun`, here, is what
 a recipe's `run(config, run)` is given of its run. Listing recipes reads
 docstrings and YAML comments without importing anything, so `list` and

@@ -14,7 +14,7 @@ import os
 import sys
 
 import keras_course_recipes as kit
-from keras_course_recipes import recipe_config, _environment, errors, rundir, runs
+from keras_course_recipes import errors, machine, process, recipe_config, rundir, runs
 from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import Command
 
@@ -105,13 +105,13 @@ def main(argv=None, tools=None, prog=None):
     args, extra = cli.parse_known_args(argv)
     arguments = dict(vars(args))
     command = found[arguments.pop("command")]
-    if not (command.without_tensorflow or _environment.has_tensorflow()):
+    if not (command.without_tensorflow or machine.has_tensorflow()):
         raise UserError(f"{command.name} needs TensorFlow, which is not installed here: "
                         f"{errors.install_advice('tensorflow')}"
                         + ("; without it, `recipes run NAME execution.backend=jax` trains the "
-                           "recipes that run on JAX" if _environment.installed("jax") else "")
+                           "recipes that run on JAX" if machine.installed("jax") else "")
                         + ".")
-    if command.draws and not _environment.installed("matplotlib"):
+    if command.draws and not machine.installed("matplotlib"):
         raise UserError(f"{command.name} draws its PNGs with matplotlib, which is not installed "
                         f"here: {errors.install_advice('plot')}.")
     if extra and (not command.on_recipe or any(item.startswith("-") for item in extra)):
@@ -149,8 +149,8 @@ def main(argv=None, tools=None, prog=None):
             setting = "KERAS_BACKEND" if from_environment else "execution.backend"
             raise UserError(f"{command.name} does not take {setting}={backend}: "
                             f"{command.tensorflow_only}.")
-        _environment.request_backend(config)
-    _environment.request_onednn(config)
+        process.request_backend(config)
+    process.request_onednn(config)
     if command.takes_config:
         command.run(config=config, **options)
     else:

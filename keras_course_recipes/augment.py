@@ -27,7 +27,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_course_recipes import _environment, data
+from keras_course_recipes import data, machine
 from keras_course_recipes.errors import UserError, install_advice
 
 # The data section's keys for a recipe that augments (read as a literal by keras_course_recipes/runs.py).
@@ -353,7 +353,7 @@ def placement(augment_on, engine):
     """Where `data.augment_on` runs augmentation here: `device` or `host`; keras-cv's
     layers, TensorFlow code, are refused in a JAX training step."""
     if augment_on == "auto":
-        augment_on = "host" if data.HAS_TENSORFLOW and not _environment.gpus() else "device"
+        augment_on = "host" if data.HAS_TENSORFLOW and not machine.gpus() else "device"
     backend = keras.backend.backend()
     if augment_on == "device" and engine == "keras_cv" and backend != "tensorflow":
         raise UserError(f"keras-cv's layers are TensorFlow code: they cannot run in a {backend} "

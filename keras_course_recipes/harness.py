@@ -44,7 +44,7 @@ import zipfile
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, UserError, _environment, rundir
+from keras_course_recipes import RUNS_DIR, UserError, machine, process, rundir
 
 # What RunEstimate adds to a CPU run's estimate of more than a day.
 CPU_HINT = ("On a CPU, the recipes made for one train CIFAR-10 in under an hour: "
@@ -108,12 +108,12 @@ def prepare(config, requested=False):
     devices, a clean Keras session; returns the `tf.distribute.Strategy` that
     `execution.strategy` names (a no-op scope for `none`, and on JAX)."""
     if not requested:
-        _environment.request_backend(config)
-        _environment.request_onednn(config)
+        process.request_backend(config)
+        process.request_onednn(config)
     import keras
 
     keras.backend.clear_session()
-    if _environment.backend() != "tensorflow":
+    if machine.backend() != "tensorflow":
         return OneDevice()  # tf.distribute's strategies are refused on JAX
     from keras_course_recipes import _distribute  # tf.distribute: imports TensorFlow
 
@@ -121,7 +121,7 @@ def prepare(config, requested=False):
     strategy = _distribute.strategy(config, worker_task())
     if config["execution"]["precision"] == "mixed_bfloat16":
         # After the devices and the strategy, which must come before any op: the probe runs some.
-        _environment.warn_if_bfloat16_is_slow()
+        machine.warn_if_bfloat16_is_slow()
     return strategy
 
 
@@ -146,7 +146,7 @@ def callbacks(run, probe=None):
 
     config, chosen = run.config, run.config["callbacks"]
     found = [ExecutionModeCheck(config["execution"]["mode"]),
-             RunEstimate(config["train"]["epochs"], None if _environment.gpus() else CPU_HINT)]
+             RunEstimate(config["train"]["epochs"], None if machine.gpus() else CPU_HINT)]
     # Every worker of a multi-worker run, each into its own folder: under
     # MultiWorkerMirroredStrategy saving a model is collective, and a save
     # on the chief alone would wait for the others forever.
@@ -229,7 +229,7 @@ def _metrics(run, result, strategy):
     return {
         "recipe": config["recipe"],
         "run_dir": str(run.dir),
-        "backend": _environment.backend(),
+        "backend": machine.backend(),
         "mode_requested": config["execution"]["mode"],
         "mode_used": execution_mode(model),
         "precision": config["execution"]["precision"],
@@ -257,8 +257,8 @@ def _metrics(run, result, strategy):
         # interrupted process of this run trained.
         "timing": {**result.timing.summary(),
                    "epoch_s": rundir.read_column(run.dir / "history.csv", "time_epoch_s")},
-        "versions": _environment.versions(),
-        "device": _environment.device_info(),
+        "versions": machine.versions(),
+        "device": machine.device_info(),
     }
 
 

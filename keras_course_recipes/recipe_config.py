@@ -36,11 +36,11 @@ def recipe_values(module, layers=(), overrides=()):
                 settings.module_literal(source, "CONFIG_SCHEMA", default={}))
     except settings.NotLiteral:
         pass
-    from keras_course_recipes import _environment
+    from keras_course_recipes import process
 
     backend, onednn = _backend_before_keras(source, layers, overrides)
-    _environment.request_backend({"execution": {"backend": backend}})
-    _environment.request_onednn({"execution": {"onednn": onednn}})
+    process.request_backend({"execution": {"backend": backend}})
+    process.request_onednn({"execution": {"onednn": onednn}})
     spec = importlib.util.spec_from_file_location(f"keras_course_recipes._settings_of_{module}", source)
     loaded = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loaded)  # a recipe runs nothing on import but its definitions

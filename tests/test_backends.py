@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import keras_course_recipes as kit
-from keras_course_recipes import UserError, recipe_config, _environment
+from keras_course_recipes import UserError, machine, recipe_config
 from keras_course_recipes.tools import record
 from benchmarks import backends
 
@@ -60,7 +60,7 @@ def test_each_installed_backend_takes_its_steps_beside_pytorchs_own(tmp_path, ca
     asked = ["tf_graph", "jax", "torch_eager_first", "pytorch_airbench"]
     rows = backends.benchmark("densenet_cifar10_cpu", asked, steps=2, script=script,
                               overrides=TINY, out_dir=tmp_path / "out")
-    torch = _environment.installed("torch")
+    torch = machine.installed("torch")
     expected = asked if torch else asked[:2]
     assert [row["variant"] for row in rows] == expected
     for row in rows:
@@ -84,7 +84,7 @@ def test_each_installed_backend_takes_its_steps_beside_pytorchs_own(tmp_path, ca
 
 
 def test_an_absent_backend_is_left_out_in_one_line(monkeypatch, capsys):
-    monkeypatch.setattr(_environment, "installed", lambda package: package != "torch")
+    monkeypatch.setattr(machine, "installed", lambda package: package != "torch")
     kept = backends._available("densenet_cifar10_cpu", ["tf_graph", "torch_compile"], None, (),
                                ["data.source=synthetic"])
     assert kept == ["tf_graph"]
@@ -96,13 +96,13 @@ def test_an_absent_backend_is_left_out_in_one_line(monkeypatch, capsys):
 
 
 def test_pytorchs_own_step_without_torch_says_what_to_install(monkeypatch, capsys):
-    monkeypatch.setattr(_environment, "installed", lambda name: name != "torch")
+    monkeypatch.setattr(machine, "installed", lambda name: name != "torch")
     assert backends._available("densenet_cifar10_cpu", ["tf_graph", "pytorch_airbench"], None,
                                (), []) == ["tf_graph"]
     assert "needs torch, which is not installed" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(not _environment.installed("torch"),
+@pytest.mark.skipif(not machine.installed("torch"),
                     reason="PyTorch is not installed (make test installs requirements-torch.txt)")
 def test_pytorchs_own_step_needs_the_script_and_the_muon_one(tmp_path, capsys):
     assert backends._available("densenet_cifar10_cpu", ["tf_graph", "pytorch_airbench"], None,
@@ -143,7 +143,7 @@ print(float(np.abs(last - first).max()))
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _environment.installed("torch"), reason="requirements-torch.txt")
+@pytest.mark.skipif(not machine.installed("torch"), reason="requirements-torch.txt")
 def test_channels_first_is_the_same_network():
     result = subprocess.run([sys.executable, "-c", SAME_NETWORK], cwd=ROOT, capture_output=True,
                             text=True, timeout=300, env={**os.environ, "KERAS_BACKEND": "torch"})

@@ -12,7 +12,7 @@ import tensorflow as tf
 import keras_course_recipes.callbacks.timing as timing_module
 from conftest import MEASURE_IN_A_PROCESS, fast_xla_env, measure_tensorflow_modes_here
 import keras_course_recipes as kit
-from keras_course_recipes import UserError, _environment
+from keras_course_recipes import UserError, machine
 from keras_course_recipes.__main__ import main
 from keras_course_recipes.tools import compare as _compare
 from keras_course_recipes.tools import loops as _loops
@@ -44,7 +44,7 @@ def test_compare_writes_one_row_per_mode(tmp_path, monkeypatch):
     # torch_compile is torch_eager's process with jit_compile=True, whose
     # torch.compile takes a minute or more on 2 cores: too long for the suite.
     modes = [mode for mode in _compare.MODES if mode != "torch_compile"
-             and (_environment.installed("torch") or not mode.startswith("torch"))]
+             and (machine.installed("torch") or not mode.startswith("torch"))]
     monkeypatch.setattr(_compare, "measure_mode", measure_loop_function_in_a_process)
     measure_modes, groups = _compare.measure_modes, []
 
@@ -262,7 +262,7 @@ def test_bad_modes_are_user_errors(text, message):
         _compare.parse_modes(text)
 
 
-@pytest.mark.skipif(not _environment.installed("torch"), reason="torch is not installed")
+@pytest.mark.skipif(not machine.installed("torch"), reason="torch is not installed")
 def test_keras_backend_in_the_environment_lets_compare_measure_the_modes_it_names(
         tmp_path, monkeypatch):
     monkeypatch.setenv("KERAS_BACKEND", "torch")

@@ -28,10 +28,10 @@ PACKAGE = "keras_course_recipes"
 # The run's path, the same as `recipes run`'s (harness.py), with the callbacks every run adds;
 # not those a setting asks for (callbacks.graph, callbacks.diagnostics), loaded by name.
 KIT = [f"{PACKAGE}/{path}" for path in (
-    "__init__.py", "_distribute.py", "_environment.py", "callbacks/__init__.py",
-    "callbacks/best_checkpoint.py", "callbacks/execution_mode_check.py",
-    "callbacks/run_estimate.py", "callbacks/timing.py", "data.py", "errors.py", "harness.py",
-    "models/__init__.py", "recipe_config.py", "rundir.py", "runs.py", "settings.py")]
+    "__init__.py", "_distribute.py", "callbacks/__init__.py", "callbacks/best_checkpoint.py",
+    "callbacks/execution_mode_check.py", "callbacks/run_estimate.py", "callbacks/timing.py",
+    "data.py", "errors.py", "harness.py", "machine.py", "models/__init__.py", "process.py",
+    "recipe_config.py", "rundir.py", "runs.py", "settings.py")]
 
 
 @pytest.mark.parametrize("module, model, augments", [
@@ -232,7 +232,7 @@ def check_shows_what_a_student_copies(source):
     imported = {node.module for node in ast.walk(ast.parse(source))
                 if isinstance(node, ast.ImportFrom)}
     assert not {"keras_course_recipes.harness", "keras_course_recipes.recipe_config",
-                "keras_course_recipes._environment"} & imported
+                "keras_course_recipes.process"} & imported
     assert "harness" not in re.findall(r"from keras_course_recipes import (\w+)", source)
 
 

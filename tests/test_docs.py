@@ -25,7 +25,7 @@ import keras_course_recipes as kit
 from benchmarks.__main__ import TOOLS as BENCHMARKS
 from conftest import ROOT, TINY, TINY_MODEL, measure_tensorflow_modes_here
 from keras_course_recipes import __main__ as cli, harness
-from keras_course_recipes import recipe_config as _config, _environment
+from keras_course_recipes import machine, process, recipe_config as _config
 from keras_course_recipes.tools import compare as _compare
 from keras_course_recipes.tools import memory as _memory
 from keras_course_recipes.tools import notebooks as _notebooks
@@ -251,8 +251,8 @@ def test_every_shown_command_resolves_as_the_command_line_would(page, monkeypatc
                for name, command in cli.commands(tools=TOOLS).items()}
     monkeypatch.setattr(cli, "commands", lambda names=None, tools=None: patched)
     # Only resolving: this process' Keras and TensorFlow are already started.
-    monkeypatch.setattr(_environment, "request_backend", lambda config: None)
-    monkeypatch.setattr(_environment, "request_onednn", lambda config: None)
+    monkeypatch.setattr(process, "request_backend", lambda config: None)
+    monkeypatch.setattr(process, "request_onednn", lambda config: None)
     for words in shown_commands(page):
         if not_run(words):
             assert words[0] != "make" or re.search(
@@ -491,7 +491,7 @@ def test_every_shown_command_runs_for_a_few_steps(case, tmp_path, monkeypatch):
     # freshness tests/test_notebooks.py checks.
     monkeypatch.setattr(_notebooks, "NOTEBOOKS_DIR", tmp_path / "notebooks")
     for other_backend, argvs in itertools.groupby(case[1], key=on_other_backend):
-        if other_backend == "execution.backend=torch" and not _environment.installed("torch"):
+        if other_backend == "execution.backend=torch" and not machine.installed("torch"):
             pytest.skip("PyTorch is not installed here (requirements-torch.txt)")
         if other_backend:
             # Keras' backend is chosen once per process: a process of their own.

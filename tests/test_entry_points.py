@@ -11,7 +11,7 @@ import pytest
 from conftest import TINY
 import keras_course_recipes as kit
 from keras_course_recipes import __main__ as cli
-from keras_course_recipes import recipe_config, _environment, rundir, runs
+from keras_course_recipes import process, recipe_config, rundir, runs
 
 
 class Stopped(Exception):
@@ -34,8 +34,8 @@ def counted(monkeypatch):
 
     counting(recipe_config, "resolve")
     counting(recipe_config, "settle")
-    counting(_environment, "request_backend")
-    counting(_environment, "request_onednn")
+    counting(process, "request_backend")
+    counting(process, "request_onednn")
     counting(rundir.signals_and_output, "__enter__")
 
     def stop(self, lesson, extra_callbacks=()):

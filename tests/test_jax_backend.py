@@ -28,7 +28,7 @@ from packaging.utils import canonicalize_name
 
 import keras_course_recipes as kit
 from conftest import ROOT, TINY, TINY_MODEL, fast_xla_env, run_once, shared_folder
-from keras_course_recipes import UserError, recipe_config, _environment, harness
+from keras_course_recipes import UserError, harness, process, recipe_config
 from keras_course_recipes import data as rdata
 from keras_course_recipes import folder as rfolder
 from keras_course_recipes import augment as raugment
@@ -308,7 +308,7 @@ def test_a_backend_that_is_not_installed_is_one_line(tiny_config, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *args: None if name == "jax" else found(name, *args))
     with pytest.raises(UserError, match="execution.backend=jax needs jax, which is not installed"):
-        _environment.request_backend(tiny_config("mnist_mlp", "execution.backend=jax"))
+        process.request_backend(tiny_config("mnist_mlp", "execution.backend=jax"))
 
 
 def python_without_tensorflow(tmp_path):

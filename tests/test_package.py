@@ -53,12 +53,12 @@ def test_the_recipes_command_of_the_wheel_works_from_any_folder(fresh_pythons, t
 
 
 def test_the_version_is_printed_and_recorded_where_results_are():
-    from keras_course_recipes import __main__ as cli, _environment
+    from keras_course_recipes import __main__ as cli, machine
 
     with pytest.raises(SystemExit) as exit_:
         cli.build_parser().parse_args(["--version"])
     assert exit_.value.code == 0
-    assert _environment.versions()["keras-course-recipes"] == kit.__version__
+    assert machine.versions()["keras-course-recipes"] == kit.__version__
     assert f"## {kit.__version__}" in (ROOT / "CHANGELOG.md").read_text()
 
 

@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from conftest import ROOT, TINY
-from keras_course_recipes import UserError, recipe_config, _environment, rundir
+from keras_course_recipes import UserError, machine, process, recipe_config, rundir
 
-needs_torch = pytest.mark.skipif(not _environment.installed("torch"),
+needs_torch = pytest.mark.skipif(not machine.installed("torch"),
                                  reason="PyTorch is not installed here (requirements-torch.txt)")
 
 
@@ -34,11 +34,11 @@ def test_keras_backend_sets_execution_backend_where_the_command_line_does_not(mo
 
 
 def test_without_pytorch_the_torch_backend_is_one_line(monkeypatch):
-    monkeypatch.setattr(_environment, "installed", lambda package: package != "torch")
+    monkeypatch.setattr(machine, "installed", lambda package: package != "torch")
     with pytest.raises(UserError, match="execution.backend=torch needs torch, which is not "
                                         "installed in this environment: pip install -r "
                                         "requirements-torch.txt"):
-        _environment.require_backend("torch")
+        process.require_backend("torch")
 
 
 @pytest.mark.slow

@@ -39,8 +39,8 @@ import tempfile
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, UserError, recipe_config, _environment, rundir
-from keras_course_recipes._environment import device_label
+from keras_course_recipes import RUNS_DIR, UserError, process, recipe_config, rundir
+from keras_course_recipes.machine import device_label
 from keras_course_recipes.tools import Command, Option, count, parse_choices, plots
 from keras_course_recipes.tools.sweep import parse_grid
 from keras_course_recipes.tools.tables import markdown_table, number_cell, write_csv
@@ -98,7 +98,7 @@ def compare(name, modes=DEFAULT_MODES, steps=DEFAULT_STEPS, config_files=(), ove
     # Fail early, on each mode's backend as its process will resolve it (not KERAS_BACKEND's):
     # a typo, a backend not installed, or a recipe or setting it cannot run.
     for backend in dict.fromkeys(BACKEND_MODES.get(mode, ("tensorflow",))[0] for mode in modes):
-        _environment.require_backend(backend)
+        process.require_backend(backend)
         recipe_config.resolve(name, config_files, [*overrides, f"execution.backend={backend}"],
                         announce=lambda line: None)
     if out_dir is None:

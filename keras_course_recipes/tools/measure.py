@@ -34,7 +34,7 @@ import tensorflow as tf
 
 import keras_course_recipes as kit
 from keras_course_recipes.callbacks.timing import Timing, execution_mode
-from keras_course_recipes import recipe_config, _environment, harness, rundir
+from keras_course_recipes import harness, machine, recipe_config, rundir
 from keras_course_recipes.augment import network_of
 from keras_course_recipes.tools import loops
 from keras_course_recipes.tools.compare import BACKEND_MODES, SPE, WARMUP_STEPS
@@ -55,7 +55,7 @@ def measure_jobs(jobs):
 
 def _restart_peak_rss():
     """Restarts this process's peak resident memory (Linux's VmHWM, which
-    `_environment.peak_rss_mb` reads) at what it holds now; False where it cannot."""
+    `machine.peak_rss_mb` reads) at what it holds now; False where it cannot."""
     try:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
@@ -115,7 +115,7 @@ def measure(job, peak_rss=True, peak_gpu=True):
         "images_per_s": summary["images_per_s"],
         "input_wait_fraction": (None if mode in MULTI_STEP_MODES
                                 else summary["input_wait_fraction"]),
-        "peak_rss_mb": _environment.peak_rss_mb() if peak_rss else None,
+        "peak_rss_mb": machine.peak_rss_mb() if peak_rss else None,
         "peak_gpu_mb": _peak_gpu_mb() if peak_gpu else None,
         "flops_per_step": flops_per_step,
         "achieved_flops_per_s": achieved,
@@ -123,8 +123,8 @@ def measure(job, peak_rss=True, peak_gpu=True):
         "mfu": achieved / matmul,
     }
     Path(job["out"]).write_text(json.dumps({
-        "row": row, "params": model.count_params(), "device": _environment.device_info(),
-        "versions": _environment.versions(), "config": config}, indent=2))
+        "row": row, "params": model.count_params(), "device": machine.device_info(),
+        "versions": machine.versions(), "config": config}, indent=2))
 
 
 def _train(mode, experiment, timing, total, steps):
@@ -221,7 +221,7 @@ def torch_matmul_flops_per_s(dtype, size=2048, chain=4, min_seconds=1.0):
 
 def _peak_gpu_mb():
     """Peak memory of the first GPU in MiB, or None on a CPU."""
-    if not _environment.gpus():
+    if not machine.gpus():
         return None
     if JAX:
         import jax

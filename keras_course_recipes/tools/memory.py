@@ -29,7 +29,7 @@ from pathlib import Path
 
 import keras_course_recipes as kit
 from keras_course_recipes import RUNS_DIR, UserError, recipe_config, rundir
-from keras_course_recipes._environment import device_label
+from keras_course_recipes.machine import device_label
 from keras_course_recipes.tools import Command, Option, count, parse_choices, plots
 from keras_course_recipes.tools.compare import shown_command
 from keras_course_recipes.tools.tables import markdown_table, number_cell, write_csv
@@ -114,7 +114,7 @@ def _measure(job):
     import tensorflow as tf
 
     from keras_course_recipes.models.revnet import depth, variant_spec
-    from keras_course_recipes import _environment
+    from keras_course_recipes import machine
     from keras_course_recipes.augment import network_of
 
     config = recipe_config.resolve(job["name"], job["config_files"], [
@@ -157,12 +157,12 @@ def _measure(job):
         "params": network.count_params(),
         "backprop": config["model"]["backprop"],
         "peak_step_mb": max(probe.peaks) / 2**20,
-        "peak_rss_mb": _environment.peak_rss_mb(),
+        "peak_rss_mb": machine.peak_rss_mb(),
         "step_ms": 1000 * statistics.median(probe.seconds),
     }
     Path(job["out"]).write_text(json.dumps({
-        "row": row, "memory_of": device, "device": _environment.device_info(),
-        "versions": _environment.versions(), "config": config}, indent=2))
+        "row": row, "memory_of": device, "device": machine.device_info(),
+        "versions": machine.versions(), "config": config}, indent=2))
 
 
 def _measure_all(name, config_files, overrides, backprop, steps):

@@ -1,72 +1,25 @@
-"""What a result was measured on: versions, accelerators and the CPU's features."""
+"""What a result was measured on, and what this machine can do: the packages
+installed here and their versions, the checkout's commit, the backend Keras runs
+on, its accelerators, the CPU's name, cores and features, the process's peak
+memory, and whether bfloat16 trains faster than float32 on this CPU. Read as a run
+finishes (metrics.json) and by the tools that time or record one; it sets nothing
+up (process.py does)."""
 
 import functools
 import importlib.metadata
 import importlib.util
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
-from keras_course_recipes import UserError, __version__
-from keras_course_recipes.errors import checkout, install_advice
+from keras_course_recipes import __version__
+from keras_course_recipes.errors import checkout
+
 
 # CPU features that decide TensorFlow's kernels: with AVX-512 VNNI, BF16 or
 # AMX it runs oneDNN's (_Mkl*) instead of Eigen's.
 CPU_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
-
-
-def request_onednn(config):
-    """Sets `TF_ENABLE_ONEDNN_OPTS` as `execution.onednn` asks (null: leave
-    TensorFlow's own choice, which turns oneDNN's kernels on only for CPUs
-    with AVX-512 VNNI or newer).
-
-    TensorFlow reads the variable once, when it starts: the command line
-    calls this before importing it; `harness.prepare`, for a run the command
-    line did not set up, to refuse one whose TensorFlow started with another
-    setting.
-    """
-    wanted = config["execution"]["onednn"]
-    if wanted is None:
-        return
-    value = "1" if wanted else "0"
-    if os.environ.get("TF_ENABLE_ONEDNN_OPTS") == value:
-        return
-    if sys.modules.get("tensorflow") is not None:
-        raise UserError(
-            f"execution.onednn={str(wanted).lower()} takes effect only before TensorFlow "
-            "starts, and it has started in this process without it. Run the recipe with "
-            f"`python -m keras_course_recipes` (or make), or set TF_ENABLE_ONEDNN_OPTS={value} first.")
-    os.environ["TF_ENABLE_ONEDNN_OPTS"] = value
-
-
-def request_backend(config):
-    """Sets `KERAS_BACKEND` to `execution.backend` before Keras is imported.
-
-    Keras reads the variable once, on import: the command line calls this
-    before any command imports Keras; `harness.prepare`, for a run the command
-    line did not set up, to refuse one whose Keras started on another backend
-    (a notebook sets `KERAS_BACKEND` itself, before `import keras`).
-    """
-    wanted = config["execution"]["backend"]
-    require_backend(wanted)
-    if "keras" not in sys.modules:
-        os.environ["KERAS_BACKEND"] = wanted
-        return
-    started = sys.modules["keras"].backend.backend()
-    if started != wanted:
-        raise UserError(
-            f"execution.backend={wanted}, but Keras has started on {started} in this process, "
-            "and it reads its backend once, on import. Run the recipe with `python -m keras_course_recipes` "
-            f"(or make), or set KERAS_BACKEND={wanted} before importing Keras.")
-
-
-def require_backend(backend):
-    """Refuses, in one line, a Keras backend whose package is not installed here."""
-    if not installed(backend):
-        raise UserError(f"execution.backend={backend} needs {backend}, which is not installed "
-                        f"in this environment: {install_advice(backend)}.")
 
 
 def installed(package):
