@@ -10,7 +10,8 @@ The builders are `keras_course_recipes.models` (models/), the callbacks
 
 The kit, in this folder: `runs` (a recipe's command line and run),
 `settings` (every key's checks), `rundir` (the run directory: lock, resume,
-repairs), `errors`, `data` (what it trains on), `folder` (image folders) and
+repairs), `history_csv` (its history.csv, read whole), `errors`, `data` (what
+it trains on), `folder` (image folders) and
 `augment` (augmentation); then `harness` (what `recipes run` adds around a
 recipe), `recipe_config`, `machine`, `process` and `_distribute` (the harness's), and
 `tools` (the commands that work on a recipe). `RecipeRun`, here, is what

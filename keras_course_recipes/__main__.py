@@ -14,7 +14,7 @@ import os
 import sys
 
 import keras_course_recipes as kit
-from keras_course_recipes import errors, machine, process, recipe_config, rundir, runs
+from keras_course_recipes import errors, machine, process, recipe_config, runs
 from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import Command
 
@@ -197,7 +197,7 @@ def entry_point(tools=None, prog=None):
     errors.install_interrupt_hooks()
     runs.freeze_at_exit()
     try:
-        with rundir.signals_and_output():
+        with process.signals_and_output():
             status = run_cli(tools=tools, prog=prog)
     finally:
         errors.restore_interrupt_hooks()

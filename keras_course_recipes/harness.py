@@ -44,7 +44,7 @@ import zipfile
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, UserError, machine, process, rundir
+from keras_course_recipes import RUNS_DIR, UserError, history_csv, machine, process, rundir
 
 # What RunEstimate adds to a CPU run's estimate of more than a day.
 CPU_HINT = ("On a CPU, the recipes made for one train CIFAR-10 in under an hour: "
@@ -154,7 +154,7 @@ def callbacks(run, probe=None):
         run.dir / "checkpoints" / "best.keras", monitor=chosen["monitor"],
         validation_freq=config["train"].get("validation_freq", 1),
         # Keras starts each process with no best value, which any epoch beats.
-        initial_value_threshold=_best_epoch(rundir.as_history(run.state.rows), chosen["monitor"]).get(
+        initial_value_threshold=_best_epoch(history_csv.as_history(run.state.rows), chosen["monitor"]).get(
             chosen["monitor"])))
     if not is_chief(config):
         return found
@@ -199,7 +199,7 @@ def finish(run, result, strategy):
         print(f"worker {worker_task()[0]}: done, weights sha256 {metrics['weights_sha256']}",
               flush=True)
         return metrics
-    epochs = [row["epoch"] for row in rundir.read_rows(run.dir / "history.csv")]
+    epochs = [row["epoch"] for row in history_csv.read_rows(run.dir / "history.csv")]
     wanted = list(range(config["train"]["epochs"]))
     if [int(float(epoch)) for epoch in epochs] != wanted:
         raise UserError(
@@ -225,7 +225,7 @@ def _metrics(run, result, strategy):
     from keras_course_recipes.callbacks.timing import execution_mode
 
     config, model, splits = run.config, result.model, result.data
-    history = rundir.read_history(run.dir / "history.csv")
+    history = history_csv.read_history(run.dir / "history.csv")
     return {
         "recipe": config["recipe"],
         "run_dir": str(run.dir),
@@ -256,7 +256,7 @@ def _metrics(run, result, strategy):
         # Every epoch's time, from history.csv: also the epochs an earlier,
         # interrupted process of this run trained.
         "timing": {**result.timing.summary(),
-                   "epoch_s": rundir.read_column(run.dir / "history.csv", "time_epoch_s")},
+                   "epoch_s": history_csv.read_column(run.dir / "history.csv", "time_epoch_s")},
         "versions": machine.versions(),
         "device": machine.device_info(),
     }
@@ -304,7 +304,7 @@ def inspect(run_dir, config):
     finished = read_metrics(run_dir) is not None
     state = rundir.inspect(run_dir, config)
     epochs, wanted = state.epochs, config["train"]["epochs"]
-    numbers = [int(float(row["epoch"])) for row in rundir.history_rows(history)[0]]
+    numbers = [int(float(row["epoch"])) for row in history_csv.history_rows(history)[0]]
     if [number for number in numbers if number < epochs] != list(range(epochs)):
         raise UserError(
             f"Cannot resume {run_dir}: its backup holds {epochs} finished epoch(s), but "

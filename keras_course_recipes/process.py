@@ -1,12 +1,15 @@
 """What an entry point sets up in its process (the command line, a recipe file's
 `runs.main`), once, and what only it may set: importing the kit changes nothing.
 Keras' backend and TensorFlow's oneDNN, which each reads once as it starts, asked
-for before they import and refused after, in one line."""
+for before they import and refused after, in one line; and while a command or a
+run goes on, SIGTERM as Ctrl-C and a standard output whose reader may go."""
 
 import os
+import signal
 import sys
+import threading
 
-from keras_course_recipes import machine
+from keras_course_recipes import errors, machine
 from keras_course_recipes.errors import UserError, install_advice
 
 
@@ -60,3 +63,51 @@ def request_onednn(config):
             "starts, and it has started in this process without it. Run the recipe with "
             f"`python -m keras_course_recipes` (or make), or set TF_ENABLE_ONEDNN_OPTS={value} first.")
     os.environ["TF_ENABLE_ONEDNN_OPTS"] = value
+
+
+class signals_and_output:
+    """While a run trains, SIGTERM (a job scheduler's stop) ends it as Ctrl-C
+    does, and once standard output's reader has gone (`| head`, a closed
+    stream) what is printed is dropped instead of ending the run."""
+
+    def __enter__(self):
+        main = threading.current_thread() is threading.main_thread()
+        self._term = signal.signal(signal.SIGTERM, errors.latch) if main else None
+        self._stdout, sys.stdout = sys.stdout, _Tolerant(sys.stdout)
+
+    def __exit__(self, *error):
+        if self._term is not None:
+            signal.signal(signal.SIGTERM, self._term)
+        sys.stdout = self._stdout
+
+
+class _Tolerant:
+    """A stream that drops what is written once its reader has gone."""
+
+    def __init__(self, stream):
+        self.stream, self._gone = stream, stream is None
+
+    def write(self, text):
+        self._try(lambda: self.stream.write(text))
+        return len(text)
+
+    def flush(self):
+        self._try(lambda: self.stream.flush())
+
+    def _try(self, action):
+        if self._gone:
+            return
+        try:
+            action()
+        except (OSError, ValueError):  # a broken pipe, or a closed stream
+            self._gone = True
+            try:  # Python flushes stdout at exit: point it at devnull, so that cannot raise
+                os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+            except (OSError, ValueError):
+                pass
+
+    def isatty(self):
+        return not self._gone and self.stream.isatty()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)

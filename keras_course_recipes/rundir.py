@@ -2,12 +2,11 @@
 folder of the user's own files is refused), locked against a second
 process, and read back to resume: the finished epochs its backup holds,
 config.yaml (with its digest) against the settings now, and history.csv's
-rows, repaired where a kill tore one; and `Run`, one process's run in it,
-from `open` to `close`, with the callbacks that keep it true (each epoch's
-random draws, one Ctrl-C or SIGTERM, a diverged loss). The part of the kit a
-student need not read."""
+rows (history_csv.py), repaired where a kill tore one; and `Run`, one
+process's run in it, from `open` to `close`, with the callbacks that keep it
+true (each epoch's random draws, one Ctrl-C or SIGTERM, a diverged loss). The
+part of the kit a student need not read."""
 
-import csv
 import datetime
 import hashlib
 import importlib.util
@@ -24,7 +23,7 @@ from pathlib import Path
 import filelock
 import yaml
 
-from keras_course_recipes import RUNS_DIR, RecipeRun, errors
+from keras_course_recipes import RUNS_DIR, RecipeRun, errors, history_csv
 from keras_course_recipes.errors import (Interrupted, Terminated, TrainingDiverged, UserError,
                                          raise_pending)
 from keras_course_recipes.settings import plain
@@ -235,7 +234,7 @@ def inspect(run_dir, config):
             repairs.append((f"repaired: {problem}; resuming from the previous backup, "
                             f"{previous} finished epochs.", lambda: _restore_previous(backup)))
             epochs = previous
-    rows, torn = history_rows(history)
+    rows, torn = history_csv.history_rows(history)
     if epochs is None and (backup.exists() or rows):
         if len(rows) > 1 or (backup / f"{BACKUP_WEIGHTS}.bkp").exists():
             raise UserError(
@@ -253,8 +252,8 @@ def inspect(run_dir, config):
     # CSVLogger appends: a last row without its newline would be joined to the next.
     if torn or len(rows) > epochs or (history.exists() and not history.read_bytes().endswith(b"\n")
                                       and history.stat().st_size):
-        repairs.append((f"repaired {torn_note(history, torn)}" if torn else "",
-                        lambda: _keep_rows(history, epochs)))
+        repairs.append((f"repaired {history_csv.torn_note(history, torn)}" if torn else "",
+                        lambda: history_csv.keep_rows(history, epochs)))
     return SavedState(epochs, [row for row in rows if int(float(row["epoch"])) < epochs], repairs)
 
 
@@ -331,138 +330,7 @@ def _saved_state(backup, suffix):
     return epochs, None
 
 
-def history_rows(path):
-    """(whole rows as dicts of strings, torn lines) of history.csv: a kill while
-    CSVLogger writes leaves a last line that does not parse to the header's numbers."""
-    if not path.exists():
-        return [], []
-    try:
-        lines = path.read_text().splitlines(keepends=True)
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not text, so not the history CSVLogger wrote: restore it, "
-                        "or start a new run.dir.") from None
-    if not lines or not lines[0].endswith("\n"):  # no header yet, or a torn one
-        return [], lines
-    header, rows, torn = next(csv.reader(lines[:1])), [], []
-    for line in lines[1:]:
-        fields = next(csv.reader([line]), [])
-        if len(fields) == len(header) and fields[0] and all(map(_is_number, fields)):
-            rows.append(dict(zip(header, fields)))
-        elif line.strip():
-            torn.append(line)
-    return rows, torn
-
-
-def _is_number(text):
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return text in ("", "NA")
-
-
-def _keep_rows(path, epochs):
-    """Rewrites history.csv with its header and the rows of the epochs before
-    `epochs`: the later ones train again, and a torn row goes."""
-    rows = history_rows(path)[0]
-    with path.open(newline="", errors="replace") as file:
-        first = file.readline()
-    with path.open("w", newline="") as file:
-        if first.endswith("\n"):  # else a kill tore the header: CSVLogger writes it again
-            writer = csv.DictWriter(file, fieldnames=next(csv.reader([first])),
-                                    lineterminator="\n")
-            writer.writeheader()
-            writer.writerows(row for row in rows if int(float(row["epoch"])) < epochs)
-
-
-def torn_note(path, torn):
-    return (f"{path}: left out {len(torn)} incomplete row(s), what a kill during a write "
-            f"leaves: {' | '.join(line.strip() for line in torn)}")
-
-
-# ## history.csv, as the harness and the tools read it
-
-def read_rows(path, announce=None):
-    """history.csv's whole rows as dicts of strings; [] if there is none yet. A
-    row a kill tore while CSVLogger wrote it is left out, and `announce`
-    (e.g. `print`), if given, told so in one line."""
-    rows, torn = history_rows(Path(path))
-    if torn and announce:
-        announce(torn_note(path, torn))
-    return rows
-
-
-def read_history(path):
-    """history.csv's epochs as dicts of the model's metrics, each with its `epoch`."""
-    return as_history(read_rows(path))
-
-
-def read_column(path, column):
-    """One column of history.csv as floats, for the epochs that have a number there."""
-    values = []
-    for row in read_rows(path):
-        try:
-            values.append(float(row.get(column)))
-        except (TypeError, ValueError):
-            continue  # no value: "" or NA
-    return values
-
-
-def as_history(rows):
-    return [{k: (int(float(v)) if k == "epoch" else float(v)) for k, v in row.items()
-             if not k.startswith("time_") and v not in ("", "NA")}
-            for row in rows]
-
-
 # ## The run: from its directory's opening to its close
-
-class signals_and_output:
-    """While a run trains, SIGTERM (a job scheduler's stop) ends it as Ctrl-C
-    does, and once standard output's reader has gone (`| head`, a closed
-    stream) what is printed is dropped instead of ending the run."""
-
-    def __enter__(self):
-        main = threading.current_thread() is threading.main_thread()
-        self._term = signal.signal(signal.SIGTERM, errors.latch) if main else None
-        self._stdout, sys.stdout = sys.stdout, _Tolerant(sys.stdout)
-
-    def __exit__(self, *error):
-        if self._term is not None:
-            signal.signal(signal.SIGTERM, self._term)
-        sys.stdout = self._stdout
-
-
-class _Tolerant:
-    """A stream that drops what is written once its reader has gone."""
-
-    def __init__(self, stream):
-        self.stream, self._gone = stream, stream is None
-
-    def write(self, text):
-        self._try(lambda: self.stream.write(text))
-        return len(text)
-
-    def flush(self):
-        self._try(lambda: self.stream.flush())
-
-    def _try(self, action):
-        if self._gone:
-            return
-        try:
-            action()
-        except (OSError, ValueError):  # a broken pipe, or a closed stream
-            self._gone = True
-            try:  # Python flushes stdout at exit: point it at devnull, so that cannot raise
-                os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
-            except (OSError, ValueError):
-                pass
-
-    def isatty(self):
-        return not self._gone and self.stream.isatty()
-
-    def __getattr__(self, name):
-        return getattr(self.stream, name)
-
 
 class Run:
     """One process's run directory from `open` to `close`: `dir`, and

@@ -25,8 +25,9 @@ from types import SimpleNamespace
 
 from keras_course_recipes import recipe_config, errors, harness
 from keras_course_recipes.errors import UserError, exit_status, note_reported
+from keras_course_recipes.process import signals_and_output
 # has_tensorboard: what a recipe's `run` asks before it adds Keras' TensorBoard callback.
-from keras_course_recipes.rundir import has_tensorboard, signals_and_output  # noqa: F401
+from keras_course_recipes.rundir import has_tensorboard  # noqa: F401
 from keras_course_recipes.settings import BACKEND_MODES, parse_override, written_keys
 
 

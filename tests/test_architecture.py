@@ -274,7 +274,8 @@ def test_no_module_of_ours_imports_itself_through_others():
     assert ours[f"{kit}.harness"] > {kit} and ours[f"{kit}.errors"] == set()
     # One way a run happens: a recipe file's `runs.main` goes through the harness, as
     # `recipes run` does, and the harness opens the run in rundir without the file's way in.
-    assert ours[f"{kit}.runs"] == {kit, "recipe_config", "errors", "harness", "rundir", "settings"}
+    assert ours[f"{kit}.runs"] == {kit, "errors", "harness", "process", "recipe_config", "rundir",
+                                  "settings"}
     assert "runs" not in ours[f"{kit}.harness"] | ours[f"{kit}.rundir"]
     assert ours[f"{kit}.data"] == {kit, "errors"}  # folder.py: by importlib
     assert ours[f"{kit}.folder"] == {kit, "errors"}
@@ -283,3 +284,25 @@ def test_no_module_of_ours_imports_itself_through_others():
     assert all(other == kit or other.startswith(("models", "callbacks"))
                for name in ours if name.startswith((f"{kit}.models.", f"{kit}.callbacks."))
                for other in ours[name]), ours
+
+
+# The kit's modules from the bottom up: each imports only modules before it in this list
+# (the package's __init__ is "keras_course_recipes"). A new module takes its place here.
+KIT_ORDER = ["errors", "keras_course_recipes", "settings", "machine", "history_csv", "data",
+             "folder", "process", "augment", "rundir", "recipe_config", "_distribute", "harness",
+             "runs", "__main__"]
+
+
+def test_the_kits_modules_import_downward_only():
+    package = ROOT / "keras_course_recipes"
+    assert sorted(KIT_ORDER) == sorted(["keras_course_recipes", *(
+        path.stem for path in package.glob("*.py") if path.stem != "__init__")])
+    upward = []
+    for place, name in enumerate(KIT_ORDER):
+        path = package / ("__init__.py" if name == "keras_course_recipes" else f"{name}.py")
+        for other in imports_of(path):
+            parts = other.split(".")
+            imported = parts[1] if len(parts) > 1 and parts[1] in KIT_ORDER else parts[0]
+            if imported in KIT_ORDER and KIT_ORDER.index(imported) >= place and imported != name:
+                upward.append(f"{name} imports {imported}")
+    assert upward == []

@@ -30,8 +30,8 @@ PACKAGE = "keras_course_recipes"
 KIT = [f"{PACKAGE}/{path}" for path in (
     "__init__.py", "_distribute.py", "callbacks/__init__.py", "callbacks/best_checkpoint.py",
     "callbacks/execution_mode_check.py", "callbacks/run_estimate.py", "callbacks/timing.py",
-    "data.py", "errors.py", "harness.py", "machine.py", "models/__init__.py", "process.py",
-    "recipe_config.py", "rundir.py", "runs.py", "settings.py")]
+    "data.py", "errors.py", "harness.py", "history_csv.py", "machine.py", "models/__init__.py",
+    "process.py", "recipe_config.py", "rundir.py", "runs.py", "settings.py")]
 
 
 @pytest.mark.parametrize("module, model, augments", [

@@ -9,7 +9,7 @@ import pytest
 
 import keras_course_recipes as kit
 from conftest import run_with
-from keras_course_recipes import UserError, errors, harness, rundir
+from keras_course_recipes import UserError, errors, harness, history_csv
 from keras_course_recipes import folder as rfolder
 from keras_course_recipes.tools import curves
 
@@ -41,7 +41,7 @@ TORN_HISTORY = "epoch,accuracy,loss,val_accuracy,val_loss,time_epoch_s\r\n" \
 def test_a_torn_last_history_row_is_left_out_when_read(tmp_path):
     history = tmp_path / "history.csv"
     history.write_bytes(TORN_HISTORY.encode())
-    assert [row["accuracy"] for row in rundir.read_history(history)] == [0.5, 0.6]
+    assert [row["accuracy"] for row in history_csv.read_history(history)] == [0.5, 0.6]
     assert history.read_bytes() == TORN_HISTORY.encode()  # reading alone changes nothing
 
 
@@ -63,7 +63,7 @@ def test_a_torn_history_row_is_repaired_and_the_run_resumes(tiny_config, tmp_pat
     metrics = harness.train(tiny_config("mnist_mlp", "train.epochs=5"))
 
     assert "repaired" in capsys.readouterr().out
-    assert [int(row["epoch"]) for row in rundir.read_rows(history)] == [0, 1, 2, 3, 4]
+    assert [int(row["epoch"]) for row in history_csv.read_rows(history)] == [0, 1, 2, 3, 4]
     assert "3,0.1" not in history.read_text().splitlines() and metrics["epochs_completed"] == 5
 
 

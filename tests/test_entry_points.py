@@ -36,7 +36,7 @@ def counted(monkeypatch):
     counting(recipe_config, "settle")
     counting(process, "request_backend")
     counting(process, "request_onednn")
-    counting(rundir.signals_and_output, "__enter__")
+    counting(process.signals_and_output, "__enter__")
 
     def stop(self, lesson, extra_callbacks=()):
         raise Stopped

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import TINY
 from keras_course_recipes import __main__ as cli
-from keras_course_recipes import errors, harness, rundir
+from keras_course_recipes import errors, harness, history_csv, rundir
 from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import copy as copy_tool
 from keras_course_recipes.tools import notebooks
@@ -222,6 +222,6 @@ def test_a_batch_too_large_after_an_epoch_keeps_the_finished_epoch(capsys, monke
     status, _, err = train_failing(capsys, monkeypatch, run_dir, 1, "train.epochs=2")
     assert status == 2 and one_line(err) and "did not fit" in err, err
     assert "1 finished epoch" in err and str(run_dir) in err, err
-    assert rundir.read_rows(run_dir / "history.csv")[0]["epoch"] == "0"
-    assert len(rundir.read_rows(run_dir / "history.csv")) == 1
+    assert history_csv.read_rows(run_dir / "history.csv")[0]["epoch"] == "0"
+    assert len(history_csv.read_rows(run_dir / "history.csv")) == 1
     assert rundir.saved_epochs(run_dir / "backup") == 1 and not (run_dir / "metrics.json").exists()

@@ -12,7 +12,7 @@ import itertools
 import math
 from pathlib import Path
 
-from keras_course_recipes import rundir
+from keras_course_recipes import history_csv, rundir
 from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import Command, plots
 
@@ -28,7 +28,7 @@ def read_curve(run_dir):
     if not history.is_file():
         raise UserError(f"{run_dir} holds no history.csv: give the directory of a run "
                         "(runs/NAME/<timestamp>).")
-    rows = rundir.read_rows(history, announce=print)  # a torn last row left out, said so
+    rows = history_csv.read_rows(history, announce=print)  # a torn last row left out, said so
     if not rows or "val_accuracy" not in rows[0] or "time_epoch_s" not in rows[0]:
         raise UserError(f"{history} has no val_accuracy and time_epoch_s columns.")
     missing = [row["epoch"] for row in rows

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from keras_course_recipes import RUNS_DIR, UserError, recipe_config, rundir
+from keras_course_recipes import RUNS_DIR, UserError, history_csv, recipe_config, rundir
 from keras_course_recipes.tools import Command, count, tables
 
 POLL_S = 0.001
@@ -66,7 +66,7 @@ def soak(name, kills=DEFAULT_KILLS, config_files=(), overrides=(), seed=0, runs_
                                         stderr=subprocess.STDOUT).returncode
     # Every kill was followed by a start; the last one ran to its end.
     resumed = len(lost) - (returncode != 0)
-    history = [int(row["epoch"]) for row in rundir.read_rows(run_dir / "history.csv")]
+    history = [int(row["epoch"]) for row in history_csv.read_rows(run_dir / "history.csv")]
     difference = _loss_difference(run_dir / "history.csv", reference / "history.csv")
     row = {
         "kills": len(lost),
@@ -91,7 +91,7 @@ def soak(name, kills=DEFAULT_KILLS, config_files=(), overrides=(), seed=0, runs_
 def _loss_difference(history, reference):
     """What differs between the loss columns of two history.csv files, beyond
     `RELATIVE_TOLERANCE`; None when nothing does."""
-    rows, expected = rundir.read_rows(history), rundir.read_rows(reference)
+    rows, expected = history_csv.read_rows(history), history_csv.read_rows(reference)
     if len(rows) != len(expected) or not expected:
         return f"{len(rows)} epochs in history.csv, {len(expected)} uninterrupted"
     for row, want in zip(rows, expected):
@@ -129,7 +129,7 @@ def _wait_and_kill(process, run_dir, during_write, rng):
         return None
     process.kill()
     process.wait()
-    return len(rundir.read_rows(history))
+    return len(history_csv.read_rows(history))
 
 
 COMMANDS = (

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from keras_course_recipes import RUNS_DIR, UserError, recipe_config, harness, rundir
+from keras_course_recipes import RUNS_DIR, UserError, harness, history_csv, recipe_config
 from keras_course_recipes.tools import Command
 from keras_course_recipes.tools.tables import markdown_table, write_csv
 
@@ -172,7 +172,7 @@ def _row(metrics):
     epoch_s = metrics["timing"]["epoch_s"]
     # The best epoch's, whatever callbacks.monitor picked for best.keras.
     accuracies = [epoch["val_accuracy"] for epoch in
-                  rundir.read_history(Path(metrics["run_dir"]) / "history.csv")
+                  history_csv.read_history(Path(metrics["run_dir"]) / "history.csv")
                   if "val_accuracy" in epoch]
     best = max(accuracies, default=None)
     return {
