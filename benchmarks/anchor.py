@@ -39,6 +39,8 @@ from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import Command, count, record
 from keras_course_recipes.tools.tables import markdown_table
 
+from benchmarks import phases
+
 # Run first in the patched script: what stands in for CUDA and torchvision.
 PRELUDE = '''
 # -- python -m benchmarks anchor: what a CPU needs, and nothing else ----------
@@ -185,11 +187,13 @@ def torch_installed():
 
 
 def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None, label=None,
-           machine=None, store=record.STORE):
+           machine=None, store=record.STORE, profile=False):
     """Runs the patched `script` and recipe `name` `runs_` times each; returns
     the rows and writes `table.md` and `results.json` into `out_dir`; with a
     `label`, appends each run as a row of the results store (`store`), each side
-    a group of its own, on `machine` (else the class the CPU tells)."""
+    a group of its own, on `machine` (else the class the CPU tells). With
+    `profile`, each run is sampled (`benchmarks.phases`) and its wall time split
+    into phases: a table of them, and with a `label` rows of results/speed.csv."""
     # What a user can get wrong is refused before anything is written, so
     # that a refused command leaves nothing behind: the data last, since
     # reading them (decoding, the first time) is what takes time.
@@ -206,6 +210,8 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None, l
     if not torch_installed():
         raise UserError("anchor runs cifar10-airbench's PyTorch script, and PyTorch is not "
                         "installed here: pip install -r requirements-torch.txt (its CPU build).")
+    if profile:
+        phases.check_sampler()
     machine = machine or record.machine_class(device_info())
     if label is not None and machine is None:
         raise UserError("--record needs the machine class (docs/machines.md), which this CPU "
@@ -213,7 +219,8 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None, l
     train, test, evaluated_on = splits(config)
     out_dir = Path(out_dir or rundir.timestamped(RUNS_DIR / "anchor" / name))
     command = shlex.join(["python", "-m", "benchmarks", "anchor", name, "--script",
-                          Path(script).name, f"runs={runs_}", *overrides])
+                          Path(script).name, *(["--profile"] if profile else []),
+                          f"runs={runs_}", *overrides])
     if label is not None:  # what the store would refuse (a group unlike these runs, a
         # damaged store), refused before hours of training: the runs' figures aside
         planned = [{"what": what, "run": run, "accuracy": float("nan"), "wall_s": 0.0,
@@ -221,6 +228,8 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None, l
                    for run in range(runs_) for what in (kind, name)]
         record.check(store_rows(planned, label, name, kind, machine, command, config, out_dir),
                      store, figures=False)
+        if profile:
+            record.check([], store, "speed", record.SPEED_COLUMNS)
     work = out_dir / "airbench"
     work.mkdir(parents=True, exist_ok=True)
     (work / f"{Path(kind).stem}_cpu.py").write_text(text, encoding="utf-8")
@@ -232,18 +241,20 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None, l
     for run in range(runs_):
         rows.append(_timed(kind, run, [sys.executable, f"{Path(kind).stem}_cpu.py"], work,
                            {"ANCHOR_RUNS": "1", "ANCHOR_PRECISION": precision},
-                           lambda out: MEAN.findall(out), out_dir))
+                           lambda out: MEAN.findall(out), out_dir, profile))
         run_dir = out_dir / f"{name}-seed{run}"
         rows.append(_timed(name, run, [sys.executable, "-m", "keras_course_recipes", "run", name,
                                        *overrides, f"execution.seed={run}", f"run.dir={run_dir}",
                                        *(f"--config={path}" for path in config_files)],
                            Path.cwd(), {}, lambda out: [json.loads(
                                (run_dir / "metrics.json").read_text())["test"]["accuracy"]],
-                           out_dir))
+                           out_dir, profile and run_dir))
     # Which split each accuracy is on, as the recipe's metrics.json names it,
     # and the precision both sides computed in.
     rows = [{**row, "evaluated_on": evaluated_on, "precision": precision} for row in rows]
     table = summary(rows, kind, name, evaluated_on)
+    if profile:
+        table += "\n\n" + phase_table(rows, kind, name)
     (out_dir / "table.md").write_text(table)
     (out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     print(table + f"\nresults: {out_dir}/table.md, results.json; each run's output, with its "
@@ -252,6 +263,10 @@ def anchor(name, script, runs_=3, config_files=(), overrides=(), out_dir=None, l
         path = record.append(store_rows(rows, label, name, kind, machine, command, config,
                                         out_dir), store)
         print(f"recorded {len(rows)} rows as 'anchor {label} ...': {path}")
+        if profile:
+            found = phase_rows(rows, label, name, kind, machine, command)
+            path = record.append(found, store, "speed", record.SPEED_COLUMNS)
+            print(f"recorded {len(found)} rows as '{found[0]['group']}': {path}")
     return rows
 
 
@@ -291,26 +306,74 @@ def _weights(run_dir):
     return digest[:16] if isinstance(digest, str) else ""
 
 
-def _timed(what, run, command, cwd, environment, accuracy, out_dir):
+def _timed(what, run, command, cwd, environment, accuracy, out_dir, profile=False):
     """{what, run, accuracy, wall_s} of one process, from its start to its exit;
     its output, the accuracy after each epoch among it, goes to
-    `out_dir/<what>-run<run>.log`."""
+    `out_dir/<what>-run<run>.log`. With `profile` (the recipe's: its run
+    directory, whose metrics.json has the first step's `trace_s`), sampled
+    by py-spy into `<what>-run<run>.pyspy.txt`, and the row has its `phases`."""
     import os
 
     print(f"  {what} run {run}...", flush=True)
+    log = Path(out_dir) / f"{Path(what).stem}-run{run}.log"
+    raw = log.with_suffix(".pyspy.txt")
     started = time.perf_counter()
-    result = subprocess.run(command, cwd=cwd, env={**os.environ, **environment},
-                            capture_output=True, text=True)
+    result = subprocess.run(phases.sampled(command, raw) if profile else command, cwd=cwd,
+                            env={**os.environ, **environment}, capture_output=True, text=True)
     wall = time.perf_counter() - started
-    (Path(out_dir) / f"{Path(what).stem}-run{run}.log").write_text(
-        result.stdout + result.stderr, encoding="utf-8")
+    log.write_text(result.stdout + result.stderr, encoding="utf-8")
     found = accuracy(result.stdout) if result.returncode == 0 else []
     if not found:
         tail = (result.stderr.strip().splitlines() or ["(nothing)"])[-1]
         raise UserError(f"{what}'s run {run} exited {result.returncode} without an accuracy: "
                         f"{tail}")
     print(f"  {what} run {run}: accuracy {float(found[-1]):.4f} in {wall:.0f} s", flush=True)
-    return {"what": what, "run": run, "accuracy": float(found[-1]), "wall_s": wall}
+    row = {"what": what, "run": run, "accuracy": float(found[-1]), "wall_s": wall}
+    if profile:
+        trace_s = (json.loads((Path(profile) / "metrics.json").read_text())["timing"]["trace_s"]
+                   if isinstance(profile, Path) else 0.0)  # airbench's script compiles nothing
+        row["phases"] = phases.phases(raw, wall, trace_s)
+    return row
+
+
+def phase_means(rows, what):
+    """{phase: mean seconds} over `what`'s runs."""
+    runs = [row["phases"] for row in rows if row["what"] == what]
+    return {phase: statistics.mean(run[phase] for run in runs) for phase in phases.NAMES}
+
+
+def phase_table(rows, kind, name):
+    """The Markdown table of where each side's wall time went, its runs' means."""
+    means = {what: phase_means(rows, what) for what in (kind, name)}
+    walls = {what: sum(found.values()) for what, found in means.items()}
+    cells = [{"phase": phase, **{what: f"{means[what][phase]:.0f} s "
+                                       f"({means[what][phase] / walls[what]:.0%})"
+                                 for what in means}} for phase in phases.NAMES]
+    return markdown_table(["phase", kind, name], cells)
+
+
+def phase_rows(rows, label, name, kind, machine, command):
+    """The phases as rows of results/speed.csv: per side and phase, the mean
+    seconds (each run's in `runs`) and their share of the side's wall time."""
+    found, versions = [], kit_versions()
+    for what in (kind, name):
+        runs = [row["phases"] for row in rows if row["what"] == what]
+        means = phase_means(rows, what)
+        for phase in phases.NAMES:
+            for metric, value, each in (
+                    ("phase_s", means[phase], [run[phase] for run in runs]),
+                    ("phase_share", means[phase] / sum(means.values()), [])):
+                found.append({
+                    **dict.fromkeys(record.SPEED_COLUMNS, ""),
+                    "group": f"phases {label} {machine}", "recipe": Path(what).stem,
+                    "variant": phase, "metric": metric, "value": f"{value:.4g}",
+                    "runs": ";".join(f"{v:.1f}" for v in each), "command": command,
+                    "machine": machine, "tensorflow": versions.get("tensorflow") or "",
+                    "keras": versions.get("keras") or "",
+                    "kit": versions["keras-course-recipes"], "commit": versions.get("commit") or "",
+                    "date": datetime.date.today().isoformat(),
+                    "source": "python -m benchmarks anchor --profile --record"})
+    return found
 
 
 # A run that took this much longer than its side's fastest shared the machine
@@ -359,13 +422,18 @@ def _arguments(parser):
                              "'anchor LABEL SIDE MACHINE'")
     parser.add_argument("--machine", default=None, metavar="CLASS",
                         help="with --record: the machine class, where the CPU does not tell it")
+    parser.add_argument("--profile", action="store_true",
+                        help="sample each run with py-spy and split its wall time into phases "
+                             "(reading images, tracing, steps, evaluation, ...); with --record, "
+                             "rows of results/speed.csv")
 
 
 COMMANDS = (
     Command("anchor", "cifar10-airbench's script beside the recipe on this CPU, the same images "
             "and split: accuracy, wall time, ratios",
-            lambda name, script, runs, config_files, overrides, label, machine: anchor(
-                name, script, runs, config_files, overrides, label=label, machine=machine),
+            lambda name, script, runs, config_files, overrides, label, machine, profile: anchor(
+                name, script, runs, config_files, overrides, label=label, machine=machine,
+                profile=profile),
             options=(count("runs", 3, 1),), arguments=_arguments,
             tensorflow_only="it runs the recipe on TensorFlow beside PyTorch's script"),
 )

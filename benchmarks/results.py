@@ -168,6 +168,7 @@ FORMATS = {
     "params": lambda value: f"{value:,.0f}", "import_lines": lambda value: f"{value:,.0f}",
     "run_lines": lambda value: f"{value:,.0f}",
     "test_s": lambda value: f"{value:.1f}",
+    "phase_s": lambda value: f"{value:,.0f} s", "phase_share": lambda value: f"{100 * value:.0f}%",
     # A suite's time against its budget: to the second.
     **dict.fromkeys(("test_fast_s", "test_slow_s", "ci_run_s"),
                     lambda value: f"{int(value) // 60} min {int(value) % 60} s"),
@@ -194,9 +195,9 @@ def pivot_table(store, file, group, rows, columns, metric=None, metrics=None, va
         raise SystemExit(f"error: no row of {file}.csv has group '{group}': add its rows, or "
                          "drop it from the page's marker.")
     keys, extra = rows.split(","), first.split(",") if first else []
-    if columns == "mode":
+    if columns != "metric":  # a column's values across (`mode`, `recipe`), one metric's figures
         found = [row for row in found if row["metric"] == metric]
-        heads = values.split(",") if values else list(dict.fromkeys(row["mode"] for row in found))
+        heads = values.split(",") if values else list(dict.fromkeys(row[columns] for row in found))
         shown_heads = [f"`{head}`" for head in heads]
     else:
         heads = metrics.split(",")
@@ -205,8 +206,8 @@ def pivot_table(store, file, group, rows, columns, metric=None, metrics=None, va
     for row in found:
         key = tuple(row[name] for name in keys)
         entry = cells.setdefault(key, {name: shown(name, row[name]) for name in extra})
-        if columns == "mode":
-            entry[row["mode"]] = shown(metric, row["value"])
+        if columns != "metric":
+            entry[row[columns]] = shown(metric, row["value"])
         else:
             entry[row["metric"]] = shown(row["metric"], row["value"])
             if row["runs"]:

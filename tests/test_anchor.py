@@ -297,3 +297,45 @@ def test_record_appends_each_side_as_a_group_of_the_results_store(monkeypatch, t
     assert rows[0]["command"].startswith("python -m benchmarks anchor densenet_cifar10_cpu "
                                          "--script airbench94_muon.py runs=1 data.source=folder")
     assert rows[1]["wall_s"] == "900" and rows[1]["kit"] and rows[1]["epochs"]
+
+
+def test_profile_tables_each_sides_phases_and_records_them(monkeypatch, tmp_path):
+    monkeypatch.setattr(anchor, "torch_installed", lambda: True)
+    monkeypatch.setattr(anchor.phases, "check_sampler", lambda: None)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(
+        from_numpy=lambda array: array, save=lambda data, path: None))
+    profiles = []
+
+    def timed(what, run, command, cwd, environment, accuracy, out_dir, profile):
+        profiles.append(profile)
+        split = dict.fromkeys(anchor.phases.NAMES, 0.0)
+        split.update({"training steps": 600.0, "evaluation": 200.0, "imports": 200.0})
+        return {"what": what, "run": run, "accuracy": 0.94, "wall_s": 1000.0, "phases": split}
+
+    monkeypatch.setattr(anchor, "_timed", timed)
+    script = tmp_path / "airbench94_muon.py"
+    script.write_text(STAND_IN)
+    write_images(tmp_path / "images", ("train",))
+    anchor.anchor("densenet_cifar10_cpu", script, 1, overrides=folder(tmp_path / "images"),
+                  out_dir=tmp_path / "out", label="profiled", machine="EPYC-oneDNN",
+                  store=tmp_path / "store", profile=True)
+    # airbench's run is sampled (True), the recipe's with its run directory for trace_s
+    assert profiles == [True, tmp_path / "out" / "densenet_cifar10_cpu-seed0"]
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert "| training steps | 600 s (60%) | 600 s (60%) |" in table
+    from benchmarks import results
+
+    rows = results.read("speed", tmp_path / "store")
+    assert {row["group"] for row in rows} == {"phases profiled EPYC-oneDNN"}
+    steps = [row for row in rows if row["variant"] == "training steps"]
+    assert [(row["recipe"], row["metric"], row["value"]) for row in steps] == [
+        ("airbench94_muon", "phase_s", "600"), ("airbench94_muon", "phase_share", "0.6"),
+        ("densenet_cifar10_cpu", "phase_s", "600"), ("densenet_cifar10_cpu", "phase_share", "0.6")]
+    assert "--profile" in rows[0]["command"]
+
+
+def test_profile_without_py_spy_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setattr(anchor.phases.shutil, "which", lambda name: None)
+    monkeypatch.setattr(anchor.phases.sys, "executable", str(tmp_path / "python"))
+    with pytest.raises(UserError, match="pip install -r requirements-torch.txt"):
+        anchor.phases.sampler()
