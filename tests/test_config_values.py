@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from keras_course_recipes import UserError, recipe_config, runs
+from keras_course_recipes import recipe_config, runs
+from keras_course_recipes.errors import UserError
 from keras_course_recipes import __main__ as cli
 from keras_course_recipes.tools import compare as _compare
 
@@ -178,8 +179,8 @@ def test_reading_a_key_config_lacks_does_not_advise_the_command_line(tmp_path, m
     namespace = student_file(tmp_path, 'del CONFIG["train"]["steps_per_epoch"]')
     monkeypatch.setattr(sys, "argv", ["mnist_mlp.py", "data.source=synthetic"])
 
-    def run(config, run_dir, **ignored):
-        namespace["build"](config)
+    def run(config, run):  # a recipe's contract: the config and the kit's RecipeRun
+        namespace["build"](config, run)
 
     with pytest.raises(SystemExit):
         runs.main("mnist_mlp", namespace["CONFIG"], run, namespace["CONFIG_SCHEMA"])
