@@ -31,7 +31,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from keras_course_recipes import RUNS_DIR, UserError, machine, process, recipe_config, rundir
+from keras_course_recipes import RUNS_DIR, machine, process, recipe_config, rundir
+
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import Command, Option, count, parse_choices
 from keras_course_recipes.tools.compare import (BACKEND_MODES, WARMUP_STEPS, measure_mode, median_run,
                                    step_line)

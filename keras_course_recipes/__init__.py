@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from keras_course_recipes.errors import UserError
+from keras_course_recipes import errors
 
 __version__ = "1.0.0"  # the distribution's version: pyproject.toml reads it from here
 
@@ -79,13 +79,13 @@ def names():
 
 
 def check_name(name):
-    """Raises `UserError` naming the closest recipes if `name` is unknown."""
+    """Raises `errors.UserError` naming the closest recipes if `name` is unknown."""
     known = names()
     if name in known:
         return
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
-    raise UserError(
+    raise errors.UserError(
         f"Unknown recipe '{name}'.{hint} "
         f"Known recipes: {', '.join(known)} (see `python -m keras_course_recipes list`)."
     )

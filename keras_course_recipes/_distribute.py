@@ -21,7 +21,7 @@ import sys
 
 import tensorflow as tf
 
-from keras_course_recipes import UserError
+from keras_course_recipes.errors import UserError
 
 
 class MultiWorkerStrategy(tf.distribute.MultiWorkerMirroredStrategy):

@@ -44,9 +44,10 @@ import zipfile
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, UserError, history_csv, machine, process, rundir
+from keras_course_recipes import RUNS_DIR, history_csv, machine, process, rundir
 
 # What RunEstimate adds to a CPU run's estimate of more than a day.
+from keras_course_recipes.errors import UserError
 CPU_HINT = ("On a CPU, the recipes made for one train CIFAR-10 in under an hour: "
             "`recipes list` says which.")
 

@@ -37,6 +37,7 @@ try:
     from keras_course_recipes import runs
     runs.start(__name__)  # as a program: Ctrl-C, and a missing backend, are one line
     from keras_course_recipes import augment, data
+    from keras_course_recipes.errors import UserError
     from keras_course_recipes.callbacks.timing import Timing
     from keras_course_recipes.models.densenet import densenet, variant_spec
 except ImportError as missing:  # the kit, or a file of it, is not where this Python runs
@@ -138,7 +139,7 @@ def build(config, run=None):
                             bottleneck=model_config["bottleneck"],
                             compression=model_config["compression"])
     except ValueError as error:
-        raise runs.UserError(f"model: {error}") from None
+        raise UserError(f"model: {error}") from None
     # Every random draw (weights, dropout, the shuffle, augmentation) from
     # one seed, and the dtype policy, before anything is built.
     keras.utils.set_random_seed(execution["seed"])

@@ -54,6 +54,7 @@ try:
     from keras_course_recipes import runs
     runs.start(__name__)  # as a program: Ctrl-C, and a missing backend, are one line
     from keras_course_recipes import augment, data
+    from keras_course_recipes.errors import UserError
     from keras_course_recipes.callbacks.timing import Timing
     from keras_course_recipes.models.densenet_whitened import densenet_whitened, test_time_views, view_metrics
 except ImportError as missing:  # the kit, or a file of it, is not where this Python runs
@@ -163,7 +164,7 @@ def build(config, run=None):
     """
     model_config, train, execution = config["model"], config["train"], config["execution"]
     if model_config["data_format"] == "channels_first" and keras.backend.backend() == "tensorflow":
-        raise runs.UserError("model.data_format=channels_first is for execution.backend=torch or "
+        raise UserError("model.data_format=channels_first is for execution.backend=torch or "
                              "jax: TensorFlow's CPU kernels take channels_last only.")
     # Every random draw from one seed, and the dtype policy, before anything is built.
     keras.utils.set_random_seed(execution["seed"])

@@ -147,9 +147,9 @@ def test_a_recipe_schema_types_its_own_keys():
     config = recipe_config.resolve("densenet_cifar100", overrides=["model.depth=40"],
                              announce=lambda line: None)
     assert config["model"]["depth"] == 40
-    with pytest.raises(kit.UserError, match="'model.depth' expects an integer"):
+    with pytest.raises(UserError, match="'model.depth' expects an integer"):
         recipe_config.resolve("densenet_cifar100", overrides=["model.depth=deep"])
-    with pytest.raises(kit.UserError, match="'train.schedule' must be one of constant"):
+    with pytest.raises(UserError, match="'train.schedule' must be one of constant"):
         recipe_config.resolve("densenet_cifar100", overrides=["train.schedule=linear"])
 
 

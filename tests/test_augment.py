@@ -16,7 +16,8 @@ import keras_course_recipes as kit
 from keras_course_recipes.callbacks.timing import execution_mode
 from conftest import ROOT, TINY, measure_tensorflow_modes_here
 from keras_course_recipes.augment import AugmentedModel
-from keras_course_recipes import UserError, recipe_config, harness
+from keras_course_recipes import recipe_config, harness
+from keras_course_recipes.errors import UserError
 from keras_course_recipes import data as rdata
 from keras_course_recipes import augment as raugment
 from keras_course_recipes.data import ArrayBatches

@@ -8,7 +8,9 @@ import keras
 import keras_cv
 import pytest
 
-from keras_course_recipes import UserError, recipe_config
+from keras_course_recipes import recipe_config
+
+from keras_course_recipes.errors import UserError
 from keras_course_recipes import augment as raugment
 
 

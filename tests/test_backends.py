@@ -10,7 +10,8 @@ import sys
 import pytest
 
 import keras_course_recipes as kit
-from keras_course_recipes import UserError, machine, recipe_config
+from keras_course_recipes import machine, recipe_config
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import record
 from benchmarks import backends
 

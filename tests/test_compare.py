@@ -12,7 +12,8 @@ import tensorflow as tf
 import keras_course_recipes.callbacks.timing as timing_module
 from conftest import MEASURE_IN_A_PROCESS, fast_xla_env, measure_tensorflow_modes_here
 import keras_course_recipes as kit
-from keras_course_recipes import UserError, machine
+from keras_course_recipes import machine
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.__main__ import main
 from keras_course_recipes.tools import compare as _compare
 from keras_course_recipes.tools import loops as _loops

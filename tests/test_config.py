@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from conftest import ROOT
-from keras_course_recipes import UserError, recipe_config, settings
+from keras_course_recipes import recipe_config, settings
+from keras_course_recipes.errors import UserError
 
 
 def resolve(*overrides, files=()):

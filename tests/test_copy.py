@@ -17,6 +17,7 @@ import keras_course_recipes as kit
 from conftest import ROOT, TINY_MODEL
 from keras_course_recipes import rundir, runs, settings
 from keras_course_recipes.tools.copy import kit_files
+from keras_course_recipes.errors import UserError
 
 
 def copy_list(module):
@@ -54,7 +55,7 @@ def test_a_callback_a_copy_lacks_is_one_line_naming_the_setting_and_the_file():
     from keras_course_recipes.tools.copy import OPTIONAL
 
     assert harness.asked_callback("graph_writer", "callbacks.graph").GraphWriter
-    with pytest.raises(kit.UserError) as refused:
+    with pytest.raises(UserError) as refused:
         harness.asked_callback("absent_writer", "callbacks.graph")
     assert str(refused.value) == (
         "callbacks.graph=true writes with keras_course_recipes/callbacks/absent_writer.py: copy "

@@ -9,7 +9,8 @@ import pytest
 
 import keras_course_recipes as kit
 from conftest import run_with
-from keras_course_recipes import UserError, errors, harness, history_csv
+from keras_course_recipes import errors, harness, history_csv
+from keras_course_recipes.errors import UserError
 from keras_course_recipes import folder as rfolder
 from keras_course_recipes.tools import curves
 

@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from keras_course_recipes import UserError, recipe_config, harness
+from keras_course_recipes import recipe_config, harness
+
+from keras_course_recipes.errors import UserError
 from keras_course_recipes import data as rdata
 from keras_course_recipes import folder as rfolder
 
@@ -171,7 +173,8 @@ def test_without_tensorflow_datasets_the_tfds_source_is_one_line(monkeypatch):
     """An optional part of the kit: its absence is one line, not a traceback."""
     import sys
 
-    from keras_course_recipes import UserError, data
+    from keras_course_recipes import data
+    from keras_course_recipes.errors import UserError
 
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # as if not installed
     with pytest.raises(UserError, match="data.source=tfds needs tensorflow-datasets, not "

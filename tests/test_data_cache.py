@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from keras_course_recipes import UserError
+from keras_course_recipes.errors import UserError
 from keras_course_recipes import folder as rfolder
 from test_data import write_folder
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import keras_course_recipes as kit
-from keras_course_recipes import UserError, recipe_config, harness
+from keras_course_recipes import recipe_config, harness
+from keras_course_recipes.errors import UserError
 from keras_course_recipes import data as rdata
 from keras_course_recipes.recipes.densenet_cifar100 import _schedule
 

@@ -14,7 +14,8 @@ import keras_course_recipes as kit
 import keras_course_recipes.models.densenet_whitened as whitened
 from keras_course_recipes.models.densenet_whitened import (PartialIdentity, PatchWhitening, average_views,
                                       densenet_whitened, view_metrics)
-from keras_course_recipes import UserError, harness, rundir
+from keras_course_recipes import harness, rundir
+from keras_course_recipes.errors import UserError
 from keras_course_recipes import augment as raugment
 from keras_course_recipes.recipes.densenet_cifar10_cpu import (CONFIG, ConvMuon, Lookahead, PiecewiseLinear, _optimizer,
                                           orthogonalize)

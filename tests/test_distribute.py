@@ -13,7 +13,8 @@ import pytest
 
 import keras_course_recipes as kit
 from conftest import ROOT, TINY
-from keras_course_recipes import UserError, _distribute, harness
+from keras_course_recipes import _distribute, harness
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import multiworker as _multiworker
 
 MODULES = sorted({kit.module_of(name) for name in kit.names()})

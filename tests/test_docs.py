@@ -26,6 +26,7 @@ from benchmarks.__main__ import TOOLS as BENCHMARKS
 from conftest import ROOT, TINY, TINY_MODEL, measure_tensorflow_modes_here
 from keras_course_recipes import __main__ as cli, harness
 from keras_course_recipes import machine, process, recipe_config as _config
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import compare as _compare
 from keras_course_recipes.tools import memory as _memory
 from keras_course_recipes.tools import notebooks as _notebooks
@@ -404,7 +405,7 @@ def what_runs(argv):
     try:
         config = _config.resolve(args.name, args.config_files, overrides,
                                  announce=lambda line: None)
-    except kit.UserError:  # the run says why, as the command line would
+    except UserError:  # the run says why, as the command line would
         return shlex.join(argv)
     return json.dumps([command.name, arguments, options, config], sort_keys=True, default=str)
 

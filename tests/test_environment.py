@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from conftest import ROOT, TINY
-from keras_course_recipes import UserError, harness, machine, process
+from keras_course_recipes import harness, machine, process
+from keras_course_recipes.errors import UserError
 
 
 def test_a_setting_tensorflow_started_without_is_refused(tiny_config, monkeypatch):

@@ -13,7 +13,8 @@ import tensorflow as tf
 
 import keras_course_recipes as kit
 from conftest import ROOT, TINY
-from keras_course_recipes import UserError, recipe_config, errors, harness, rundir
+from keras_course_recipes import recipe_config, errors, harness, rundir
+from keras_course_recipes.errors import UserError
 from keras_course_recipes import folder as rfolder
 from keras_course_recipes.tools import soak as _soak
 

@@ -28,7 +28,8 @@ from packaging.utils import canonicalize_name
 
 import keras_course_recipes as kit
 from conftest import ROOT, TINY, TINY_MODEL, fast_xla_env, run_once, shared_folder
-from keras_course_recipes import UserError, harness, process, recipe_config
+from keras_course_recipes import harness, process, recipe_config
+from keras_course_recipes.errors import UserError
 from keras_course_recipes import data as rdata
 from keras_course_recipes import folder as rfolder
 from keras_course_recipes import augment as raugment

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from conftest import ROOT
-from keras_course_recipes import UserError, recipe_config, runs
+from keras_course_recipes import recipe_config, runs
+from keras_course_recipes.errors import UserError
 from keras_course_recipes import __main__ as cli
 
 

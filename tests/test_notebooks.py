@@ -13,7 +13,8 @@ import pytest
 
 import keras_course_recipes as kit
 from conftest import ROOT
-from keras_course_recipes import UserError, rundir
+from keras_course_recipes import rundir
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import notebooks
 
 from test_copy import copied

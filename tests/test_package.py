@@ -118,7 +118,9 @@ def test_a_recipe_trains_where_fcntl_does_not_exist(tmp_path, fresh_pythons):
 def test_without_fcntl_a_second_process_is_still_refused(tmp_path, monkeypatch):
     import filelock
 
-    from keras_course_recipes import UserError, rundir
+    from keras_course_recipes import rundir
+
+    from keras_course_recipes.errors import UserError
 
     monkeypatch.setattr(filelock, "FileLock", filelock.SoftFileLock)  # what it is without fcntl
     first = rundir.lock_run_dir(tmp_path)

@@ -11,9 +11,10 @@ import pytest
 
 import keras_course_recipes as kit
 from conftest import ROOT
-from keras_course_recipes import UserError, recipe_config, settings
+from keras_course_recipes import recipe_config, settings
 
 # The kit's modules (its commands in tools/ aside, which work on given recipes).
+from keras_course_recipes.errors import UserError
 KIT_MODULES = sorted(kit.PACKAGE_DIR.glob("*.py"))
 
 

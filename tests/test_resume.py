@@ -12,7 +12,8 @@ import pytest
 
 import keras_course_recipes as kit
 from conftest import ROOT, TINY, run_with
-from keras_course_recipes import UserError, errors, harness, rundir
+from keras_course_recipes import errors, harness, rundir
+from keras_course_recipes.errors import UserError
 
 
 class StopAfterFirstEpoch(keras.callbacks.Callback):

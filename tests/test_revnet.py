@@ -13,7 +13,8 @@ import tensorflow as tf
 
 from keras_course_recipes.models.revnet import (VARIANTS, EntryUnit, ReversibleStage, depth, revnet, revnet_variant,
                            variant_spec)
-from keras_course_recipes import UserError, harness
+from keras_course_recipes import harness
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import memory as _memory
 from keras_course_recipes.tools import record
 

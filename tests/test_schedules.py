@@ -3,7 +3,9 @@ schedule, the paper's, has none, and asking for one is refused."""
 
 import pytest
 
-from keras_course_recipes import UserError, recipe_config
+from keras_course_recipes import recipe_config
+
+from keras_course_recipes.errors import UserError
 
 
 def test_a_warm_up_with_the_step_schedule_is_refused_before_anything_runs():

@@ -4,7 +4,7 @@ and never so little that its metrics mean nothing without a word."""
 import pytest
 import tensorflow_datasets as tfds
 
-from keras_course_recipes import UserError
+from keras_course_recipes.errors import UserError
 from keras_course_recipes import data as rdata
 
 from test_data import data_config, write_folder

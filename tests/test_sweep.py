@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, TINY, TINY_MODEL
-from keras_course_recipes import UserError
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import sweep as _sweep
 
 

@@ -12,7 +12,8 @@ from tensorflow.core.protobuf import config_pb2
 from xprof.convert import raw_to_tool_data
 
 import keras_course_recipes as kit
-from keras_course_recipes import UserError, recipe_config, harness
+from keras_course_recipes import recipe_config, harness
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import graph as _graph
 from keras_course_recipes.tools import profile as _profile
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from keras_course_recipes import UserError
+from keras_course_recipes.errors import UserError
 from keras_course_recipes import data as rdata
 from keras_course_recipes.tools import tfds_folder
 

@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from conftest import ROOT, TINY
-from keras_course_recipes import UserError, machine, process, recipe_config, rundir
+from keras_course_recipes import machine, process, recipe_config, rundir
+from keras_course_recipes.errors import UserError
 
 needs_torch = pytest.mark.skipif(not machine.installed("torch"),
                                  reason="PyTorch is not installed here (requirements-torch.txt)")

@@ -12,7 +12,7 @@ reach TensorFlow's start.
 import dataclasses
 from typing import Callable
 
-from keras_course_recipes import UserError
+from keras_course_recipes.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)

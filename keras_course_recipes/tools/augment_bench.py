@@ -17,7 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_course_recipes import RUNS_DIR, UserError, recipe_config, rundir
+from keras_course_recipes import RUNS_DIR, recipe_config, rundir
+
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.machine import device_label
 from keras_course_recipes.tools import Command, Option, compare, count, parse_choices
 from keras_course_recipes.tools.tables import markdown_table, number_cell, write_csv

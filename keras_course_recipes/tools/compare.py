@@ -39,7 +39,8 @@ import tempfile
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, UserError, process, recipe_config, rundir
+from keras_course_recipes import RUNS_DIR, process, recipe_config, rundir
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.machine import device_label
 from keras_course_recipes.tools import Command, Option, count, parse_choices, plots
 from keras_course_recipes.tools.sweep import parse_grid

@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, UserError, recipe_config, rundir
+from keras_course_recipes import RUNS_DIR, recipe_config, rundir
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.machine import device_label
 from keras_course_recipes.tools import Command, Option, count, parse_choices, plots
 from keras_course_recipes.tools.compare import shown_command

@@ -22,7 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-from keras_course_recipes import UserError, recipe_config, harness, rundir
+from keras_course_recipes import recipe_config, harness, rundir
+
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import Command, count
 
 

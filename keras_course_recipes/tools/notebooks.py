@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import UserError
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.errors import checkout
 from keras_course_recipes.tools import Command
 

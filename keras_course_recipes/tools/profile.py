@@ -12,7 +12,8 @@ import shlex
 from pathlib import Path
 
 import keras_course_recipes as kit
-from keras_course_recipes import RUNS_DIR, UserError, recipe_config, harness, rundir
+from keras_course_recipes import RUNS_DIR, recipe_config, harness, rundir
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.errors import install_advice
 from keras_course_recipes.tools import Command, tables
 

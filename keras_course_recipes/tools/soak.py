@@ -19,7 +19,9 @@ import subprocess
 import sys
 import time
 
-from keras_course_recipes import RUNS_DIR, UserError, history_csv, recipe_config, rundir
+from keras_course_recipes import RUNS_DIR, history_csv, recipe_config, rundir
+
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import Command, count, tables
 
 POLL_S = 0.001

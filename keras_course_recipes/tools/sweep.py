@@ -33,7 +33,9 @@ from pathlib import Path
 
 import yaml
 
-from keras_course_recipes import RUNS_DIR, UserError, harness, history_csv, recipe_config
+from keras_course_recipes import RUNS_DIR, harness, history_csv, recipe_config
+
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import Command
 from keras_course_recipes.tools.tables import markdown_table, write_csv
 

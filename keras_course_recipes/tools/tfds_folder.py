@@ -12,7 +12,7 @@ interrupted export starts that split again and keeps a finished one.
 import shutil
 from pathlib import Path
 
-from keras_course_recipes import UserError
+from keras_course_recipes.errors import UserError
 from keras_course_recipes.tools import Command
 
 PROGRESS_EVERY = 10_000
