@@ -30,7 +30,8 @@ from keras import ops
 from keras_course_recipes import data, machine
 from keras_course_recipes.errors import UserError, install_advice
 
-# The data section's keys for a recipe that augments (read as a literal by keras_course_recipes/runs.py).
+# The data section's keys for a recipe that augments (read as a literal by
+# keras_course_recipes/settings.py's `data_defaults`, before Keras starts).
 DEFAULTS = {
     "augment": [],  # training-only operations, in order
     "augment_on": "auto",  # device (in the training step) or host (tf.data); auto: device on a GPU or without TensorFlow

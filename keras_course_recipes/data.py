@@ -37,7 +37,7 @@ from keras_course_recipes.errors import UserError
 HAS_TENSORFLOW = importlib.util.find_spec("tensorflow") is not None
 
 # Every key of a config's `data` section, with its default (read as a literal
-# by keras_course_recipes/runs.py, which checks a config before Keras starts).
+# by keras_course_recipes/settings.py's `data_defaults`, before Keras starts).
 DEFAULTS = {
     "source": "tfds",  # tfds | synthetic | folder
     "name": "mnist",  # sets input shape and class count, also for folder/synthetic

@@ -1,5 +1,5 @@
 """Resolves a recipe's configuration for `python -m keras_course_recipes`, with the checks
-a copied recipe runs too (keras_course_recipes/runs.py's `resolve`).
+a recipe file runs too (`runs.main` settles its CONFIG through `settle`).
 
 Precedence, lowest first: `settings.DEFAULTS` (with keras_course_recipes/data.py's `DEFAULTS` as
 the data section, and keras_course_recipes/augment.py's for a recipe that augments) < the
