@@ -16,6 +16,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Memory tests read the CPU allocator's peak, which TensorFlow keeps only with
 # its BFC allocator (or with oneDNN on): before TensorFlow starts.
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+# XLA compiles without LLVM's optimizations (--xla_backend_optimization_level=0):
+# the same programs, with the same results, compiled in a third of the time; a
+# test's few steps never pay back what the optimizations cost. A tiny DenseNet's
+# first run on JAX took 32 s, 21 s of them compiling, and 13 s, 6 s compiling
+# (EPYC-oneDNN, loaded). Set before TensorFlow starts, for this process's
+# jit_compile=True and every process a test starts (they inherit the
+# environment, as pytest-xdist's workers do); a user's own XLA_FLAGS are kept.
+FAST_XLA = "--xla_backend_optimization_level=0"
+if FAST_XLA not in os.environ.get("XLA_FLAGS", "").split():
+    os.environ["XLA_FLAGS"] = " ".join([*os.environ.get("XLA_FLAGS", "").split(), FAST_XLA])
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -131,18 +141,6 @@ TINY_MODEL = {
     "graph_lessons": ["model.units=8"],
     "revnet_cifar10": ["model.init_filters=8", "model.units=[2,2,2]", "model.filters=[8,8,16]"],
 }
-
-
-def fast_xla_env(**more):
-    """The environment, with `more`, for a JAX process a test starts: XLA
-    compiles its programs without LLVM's optimizations
-    (--xla_backend_optimization_level=0), the same programs with the same
-    results, in a third of the time: a tiny DenseNet's first run on JAX took
-    32 s, 21 s of them compiling, and 13 s, 6 s compiling (EPYC-oneDNN, loaded).
-    A test's few steps never pay back what the optimizations cost. Read when
-    called: the session's JAX cache folder is set after this module loads."""
-    flags = [*os.environ.get("XLA_FLAGS", "").split(), "--xla_backend_optimization_level=0"]
-    return {**os.environ, "XLA_FLAGS": " ".join(flags), **more}
 
 
 def shared_folder(tmp_path_factory, name):

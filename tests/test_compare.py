@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import keras_course_recipes.callbacks.timing as timing_module
-from conftest import MEASURE_IN_A_PROCESS, fast_xla_env, measure_tensorflow_modes_here
+from conftest import MEASURE_IN_A_PROCESS, measure_tensorflow_modes_here
 import keras_course_recipes as kit
 from keras_course_recipes import machine
 from keras_course_recipes.errors import UserError
@@ -49,15 +49,11 @@ def test_compare_writes_one_row_per_mode(tmp_path, monkeypatch):
     monkeypatch.setattr(_compare, "measure_mode", measure_loop_function_in_a_process)
     measure_modes, groups = _compare.measure_modes, []
 
-    def with_fast_xla(name, group, *job):
-        """JAX's modes, in their one process, compiled as conftest's `fast_xla_env`
-        says: XLA_FLAGS set for that process alone, not for this one's XLA."""
+    def recording_groups(name, group, *job):
         groups.append(group)
-        with monkeypatch.context() as patch:
-            patch.setenv("XLA_FLAGS", fast_xla_env()["XLA_FLAGS"])
-            return measure_modes(name, group, *job)
+        return measure_modes(name, group, *job)
 
-    monkeypatch.setattr(_compare, "measure_modes", with_fast_xla)
+    monkeypatch.setattr(_compare, "measure_modes", recording_groups)
     results = _compare.compare("mnist_mlp", modes, steps=2, overrides=TINY_MLP, out_dir=tmp_path)
 
     assert results == json.loads((tmp_path / "results.json").read_text())

@@ -27,7 +27,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import keras_course_recipes as kit
-from conftest import ROOT, TINY, TINY_MODEL, fast_xla_env, run_once, shared_folder
+from conftest import ROOT, TINY, TINY_MODEL, run_once, shared_folder
 from keras_course_recipes import harness, process, recipe_config
 from keras_course_recipes.errors import UserError
 from keras_course_recipes import data as rdata
@@ -37,7 +37,7 @@ from keras_course_recipes.__main__ import main
 from keras_course_recipes.data import ArrayBatches
 from test_data import write_folder
 
-JAX_ENV = fast_xla_env(KERAS_BACKEND="jax")
+JAX_ENV = {**os.environ, "KERAS_BACKEND": "jax"}
 PORTABLE_MODULES = [module for module in kit.MODULES
                     if recipe_config.tensorflow_only(module) is None]
 
@@ -375,7 +375,7 @@ def test_without_tensorflow_a_recipe_decodes_a_folder_and_trains_on_jax(tmp_path
 
     def run(*args):
         return subprocess.run([str(python), "-m", "keras_course_recipes", *args], cwd=ROOT,
-                              env=fast_xla_env(), capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, timeout=300)
 
     folder = ["data.source=folder", f"data.path={tmp_path / 'images'}"]
     # The device command of docs/backends.md, in mixed_bfloat16 as the YAML says.

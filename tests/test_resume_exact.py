@@ -14,7 +14,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import TINY, SharedRuns, fast_xla_env, run_once, shared_folder
+from conftest import TINY, SharedRuns, run_once, shared_folder
 from keras_course_recipes.data import ArrayBatches
 from keras_course_recipes.tools import soak
 
@@ -64,8 +64,7 @@ def trained(tmp_path_factory, backend):
     once per session; returns what both gave, as `SharedRuns`, whose folder
     holds each case's run directories."""
     folder = shared_folder(tmp_path_factory, f"resume-exact-{backend}")
-    env = (fast_xla_env(KERAS_BACKEND=backend) if backend == "jax"  # compiled sooner, alike
-           else {**os.environ, "KERAS_BACKEND": backend})
+    env = {**os.environ, "KERAS_BACKEND": backend}
     cases = {case: (name, [*TINY, f"execution.backend={backend}", *overrides])
              for case, (name, case_backend, overrides) in CASES.items() if case_backend == backend}
     first = run_once(folder, "first", DRIVER, [
