@@ -379,6 +379,24 @@ def _tf_batches(config, batch_size, one_hot_classes, seed, host_augment, mirrore
         flip = tf.gather(mirrored, positions % count) != (positions // count % 2 == 1)
         return tf.where(flip[:, None, None, None], tf.reverse(images, axis=[2]), images), labels
 
+    def traced_once(augment):
+        """`augment`, for `map`, which traces it as a tf.function: a first
+        trace that creates variables is traced again without. Keras' layers
+        under another backend create their TensorFlow seed states as tf.data
+        first calls them, and RandAugment's graph took 9 s to trace on JAX
+        (EPYC-oneDNN). Here they are made outside the traced graph, as the
+        first trace would have lifted them, with the same initial seeds:
+        one trace, the same random stream."""
+        def outside_the_trace(next_creator, **kwargs):
+            with tf.init_scope():  # created eagerly, not lifted (and so not traced again)
+                return next_creator(**{**kwargs, "experimental_enable_variable_lifting": False})
+
+        def augment_batch(images, labels):
+            with tf.variable_creator_scope(outside_the_trace):
+                return augment(images, labels)
+
+        return augment_batch
+
     def batches(split, training, cache=config["cache"], start=0):
         dataset, arrays = split, isinstance(split, tuple)
         if arrays:  # in memory already: nothing to cache
@@ -408,7 +426,7 @@ def _tf_batches(config, batch_size, one_hot_classes, seed, host_augment, mirrore
             # One batch at a time, so that the layers' random state advances in
             # the same order every run, and a seeded run repeats exactly;
             # prefetch overlaps it with training.
-            dataset = dataset.map(host_augment).skip(start)
+            dataset = dataset.map(traced_once(host_augment)).skip(start)
         # AUTOTUNE's parallel steps then run on min(16, cores) threads. tf.data's
         # autotuning thread, on 2 cores, took a core from training now and then,
         # and held the end of `fit` for up to 16 s.
