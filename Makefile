@@ -92,11 +92,11 @@ copy: $(INSTALLED)
 	@$(PY) -m keras_course_recipes copy $(NAME) $(DIR)
 
 # Your copy of cifar10-airbench's airbench94.py or airbench94_muon.py, patched
-# for a CPU, beside densenet_cifar10_cpu (or NAME) on the same images and
+# for a CPU, beside configs/cifar10_record.yaml (or NAME) on the same images and
 # split, RUNS times each; needs requirements-torch.txt. Not a test: it reports.
 anchor: $(INSTALLED)
 	@test -n "$(SCRIPT)" -a -n "$(DATA)" || { echo "usage: make anchor SCRIPT=airbench94_muon.py DATA=<folder with train/> [RUNS=3] [NAME=...] [ARGS=...]"; exit 2; }
-	@$(PY) -m benchmarks anchor $(or $(NAME),densenet_cifar10_cpu) --script $(SCRIPT) \
+	@$(PY) -m benchmarks anchor $(or $(NAME),cifar10_record) --script $(SCRIPT) \
 	    runs=$(or $(RUNS),3) data.source=folder data.path=$(DATA) $(ARGS)
 
 # densenet_cifar10_cpu's (or NAME's) training step on TensorFlow (with and

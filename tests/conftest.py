@@ -124,6 +124,7 @@ TINY = [
     "data.batch_size=16",
     "train.epochs=1",
     "train.steps_per_epoch=2",
+    "train.validation_freq=1",  # a YAML's own (cifar10_record's 8) would be above the 1 epoch
     "run.verbose=0",
     # TensorFlow started with the test process: oneDNN's setting is whatever
     # it started with (the command line sets it; tests/test_environment.py).
