@@ -48,6 +48,10 @@ DEFAULTS = {
     "synthetic_examples": 2048,  # training examples for source=synthetic
     "shuffle_buffer": 10000,
     "cache": True,  # tfds: keep decoded uint8 images in memory after the first epoch
+    # Progressive resizing: the first early_epochs train on images shrunk to early_size
+    # pixels a side (a fraction of the arithmetic), then full size; null: full size throughout.
+    "early_size": None,
+    "early_epochs": 0,
 }
 # name: (input shape, number of classes). Read as a literal by keras_course_recipes/settings.py,
 # which refuses any other data.name before Keras starts (`show` as `run`).
@@ -70,7 +74,7 @@ class Data:
     train_plain: object  # one ordered pass, not augmented: to adapt a normalization
     validation: object
     test: object
-    input_shape: tuple
+    input_shape: tuple  # one image's; None a side where training images change size (early_size)
     num_classes: int
     train_examples: int
     batch_size: int  # the global batch: data.batch_size times the replicas
@@ -145,8 +149,12 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False, initial_epoch
     steps_per_epoch = steps_per_epoch or train_examples // batch_size
     mirrored = augmentation.mirrored(train_examples, seed) if augmentation else None
     labels = num_classes if one_hot else None
+    early_steps = _early_steps(config, input_shape, steps_per_epoch)
+    if early_steps:
+        input_shape = (None, None, input_shape[-1])  # a model that takes either size
     if HAS_TENSORFLOW:
-        batches = _tf_batches(config, batch_size, labels, seed, host, mirrored, replicas)
+        batches = _tf_batches(config, batch_size, labels, seed, host, mirrored, replicas,
+                              early_steps)
     else:
         def batches(split, training, cache=False, start=0):  # arrays: nothing to cache
             return ArrayBatches(*split, batch_size, labels, seed if training else None, start,
@@ -160,6 +168,21 @@ def load(data_config, seed=0, steps_per_epoch=None, one_hot=False, initial_epoch
         batch_size=batch_size, steps_per_epoch=steps_per_epoch, evaluated_on=evaluated_on,
         validated_on=validated_on, one_hot=one_hot, augment=augmentation,
         augment_on=augmentation.on if augmentation else None)
+
+
+def _early_steps(config, input_shape, steps_per_epoch):
+    """The training steps whose images shrink to `data.early_size`, refused in one
+    line where they cannot: 0 without progressive resizing."""
+    size, epochs = config["early_size"], config["early_epochs"]
+    if size is None or epochs == 0:
+        return 0
+    if size >= min(input_shape[:2]):
+        raise UserError(f"data.early_size={size} is not below the images' "
+                        f"{input_shape[0]}x{input_shape[1]}: give a smaller size, or null.")
+    if not HAS_TENSORFLOW:
+        raise UserError("data.early_size shrinks the training images in tf.data, which needs "
+                        "TensorFlow, not installed here: drop data.early_size.")
+    return epochs * steps_per_epoch
 
 
 def images(batches):
@@ -336,11 +359,13 @@ def _synthetic_splits(config, input_shape, num_classes, seed):
 
 # ## Batches
 
-def _tf_batches(config, batch_size, one_hot_classes, seed, host_augment, mirrored, replicas):
+def _tf_batches(config, batch_size, one_hot_classes, seed, host_augment, mirrored, replicas,
+                early_steps=0):
     """`batches(split, training, cache, start)`: a split's tf.data pipeline
     (a tf.data.Dataset, or an (images, labels) pair of arrays); for training,
     from the run's step `start` on. `mirrored`: the images alternating_flip
-    mirrors in even passes, or None.
+    mirrors in even passes, or None. The training batches before step
+    `early_steps` are shrunk to `data.early_size` a side.
 
     A resumed run starts the pipeline from the beginning and skips the
     batches before `start`, so that the seeded shuffle's order and host
@@ -370,6 +395,12 @@ def _tf_batches(config, batch_size, one_hot_classes, seed, host_augment, mirrore
     def to_model_input(images, labels):  # on whole batches: one op, not one per image
         images = tf.cast(images, tf.float32) / 255.0
         return images, labels if one_hot_classes is None else tf.one_hot(labels, one_hot_classes)
+
+    def shrink_early(step, batch):  # antialiased, as a smaller camera would see the image
+        images, labels = batch
+        size = (config["early_size"], config["early_size"])
+        return tf.cond(step < early_steps, lambda: tf.image.resize(images, size, antialias=True),
+                       lambda: images), labels
 
     def alternate_flip(positions, example):
         # An image's position in the repeated stream is (pass, image): mirrored
@@ -427,6 +458,8 @@ def _tf_batches(config, batch_size, one_hot_classes, seed, host_augment, mirrore
             # the same order every run, and a seeded run repeats exactly;
             # prefetch overlaps it with training.
             dataset = dataset.map(traced_once(host_augment)).skip(start)
+        if training and early_steps > start:  # numbered from the run's step `start`
+            dataset = dataset.enumerate(start).map(shrink_early, num_parallel_calls=autotune)
         # AUTOTUNE's parallel steps then run on min(16, cores) threads. tf.data's
         # autotuning thread, on 2 cores, took a core from training now and then,
         # and held the end of `fit` for up to 16 s.

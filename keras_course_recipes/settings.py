@@ -62,7 +62,7 @@ TYPES = {"data.dir": str, "data.path": str, "train.epochs": int, "train.steps_pe
          "train.lr": float, "train.validation_freq": int, "train.schedule": str,
          "run.dir": str, "run.verbose": (str, int), "execution.mode": str,
          "execution.onednn": bool, "callbacks.profile": (str, int, list),
-         "execution.devices": str}
+         "execution.devices": str, "data.early_size": int}
 NULLABLE = {"train.steps_per_epoch"}
 CHOICES = {"execution.backend": list(BACKEND_MODES),
            "execution.strategy": ["none", "mirrored", "multi_worker"],
@@ -82,6 +82,7 @@ LIMITS = {
     "train.epochs": ONE, "train.lr": POSITIVE, "train.validation_freq": ONE,
     "data.batch_size": ONE,
     "data.synthetic_examples": ONE, "data.shuffle_buffer": ONE, "execution.steps_per_execution": ONE,
+    "data.early_size": ONE, "data.early_epochs": (lambda v: v >= 0, "at least 0"),
     "train.steps_per_epoch": (lambda v: v >= 1, "at least 1, or null for one pass"),
     "data.validation_split": (FRACTION[0], "at least 0 and below 1 (0: validate on the test split)"),
     "execution.seed": (lambda v: 0 <= v < 2**32, "from 0 to 2**32 - 1 (NumPy's seed range)"),

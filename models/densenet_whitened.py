@@ -34,11 +34,11 @@ from keras import layers, ops
 MATMUL_FILTER_GRADIENT_MAX_PIXELS = 64
 
 
-def _conv(x, filters, weight_decay, identity_init, matmul_filter_gradient, data_format, name):
+def _conv(x, filters, weight_decay, identity_init, matmul_filter_gradient, data_format, name,
+          pixels):
     # Torch's default draw, uniform in +-1/sqrt(fan_in), with or without the identity filters.
     drawn = keras.initializers.VarianceScaling(1 / 3, mode="fan_in", distribution="uniform")
-    height, width = x.shape[1:3] if data_format == "channels_last" else x.shape[2:4]
-    small = height * width <= MATMUL_FILTER_GRADIENT_MAX_PIXELS
+    small = pixels <= MATMUL_FILTER_GRADIENT_MAX_PIXELS  # the map's at full size
     conv = MatmulFilterGradientConv2D if matmul_filter_gradient and small else layers.Conv2D
     return conv(filters, 3, padding="same", use_bias=False, data_format=data_format,
                 kernel_initializer=PartialIdentity() if identity_init else drawn,
@@ -70,7 +70,8 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
     """Builds the network.
 
     Args:
-        input_shape: shape of one image, e.g. `(32, 32, 3)`.
+        input_shape: shape of one image, e.g. `(32, 32, 3)`; `(None, None, 3)`
+            takes images of any size.
         num_classes: number of output classes.
         whitening_images: training images, as the network receives them
             (after `normalization`), to fit the whitening filters to; a few
@@ -140,13 +141,16 @@ def densenet_whitened(input_shape, num_classes, whitening_images, widths=(64, 19
     conv_args = dict(weight_decay=weight_decay if conv_weight_decay is None else conv_weight_decay,
                      identity_init=identity_init, matmul_filter_gradient=matmul_filter_gradient,
                      data_format=data_format)
+    # Each map's side on full-size images (the input's may be open: data.early_size).
+    side = np.shape(whitening_images)[1] - 1  # after the 2x2 whitening, unpadded
     for block, (width, growth) in enumerate(zip(widths, growth_rates), start=1):
-        x = _conv(x, width, name=f"block{block}_conv", **conv_args)
+        x = _conv(x, width, name=f"block{block}_conv", pixels=side * side, **conv_args)
         x = layers.MaxPooling2D(2, data_format=data_format, name=f"block{block}_pool")(x)
+        side //= 2
         x = _bn_act(x, name=f"block{block}", **bn_args)
         for index in range(1, layers_per_block + 1):
             prefix = f"block{block}_layer{index}"
-            y = _conv(x, growth, name=f"{prefix}_conv", **conv_args)
+            y = _conv(x, growth, name=f"{prefix}_conv", pixels=side * side, **conv_args)
             y = _bn_act(y, name=prefix, **bn_args)
             x = (layers.Concatenate(axis=channels, name=f"{prefix}_concat")([x, y])
                  if dense_connections else y)
@@ -446,10 +450,9 @@ def test_time_views(network, translate=False):
     """
     images = keras.Input(shape=network.input_shape[1:], name="image")
     shown = [images]
-    if translate:
-        height, width = network.input_shape[1:3]
+    if translate:  # the image's size, where the network takes any (data.early_size)
         padded = ops.pad(images, [(0, 0), (1, 1), (1, 1), (0, 0)], mode="reflect")
-        shown += [padded[:, :height, :width], padded[:, 2:, 2:]]
+        shown += [padded[:, :-2, :-2], padded[:, 2:, 2:]]
     predictions = []
     for view in shown:
         predictions += [network(view), network(ops.flip(view, axis=2))]  # axis 2 is width
