@@ -27,9 +27,12 @@ epochs with six test-time views, two seeds: airbench94's 94% mark in twice its
 9.9 epochs, within the hour on a 2-core CPU. Its 95% configuration,
 configs/densenet_cifar10_95.yaml (airbench95's widths and rate, Muon on the
 linear schedule, 11 epochs), reads 95% in about half an hour on EPYC-Zen5.
-The figures are the README's recipe table and docs/cpu-hour.md, generated
-from results/accuracy.csv (groups `dense_cpu 20ep oneDNN` and
-`dense_95 11ep Zen5`).
+Its record configuration, configs/cifar10_record.yaml, is not a DenseNet:
+airbench94's own network trained as airbench94_muon trains it, 8 epochs,
+which `make anchor` sets beside airbench94_muon's script (groups
+`anchor ... cifar10_record ...`). The figures are the README's recipe table
+and docs/cpu-hour.md, generated from results/accuracy.csv (groups
+`dense_cpu 20ep oneDNN` and `dense_95 11ep Zen5`).
 
     make recipe NAME=densenet_cifar10_cpu ARGS="data.source=folder data.path=DATA"
 
