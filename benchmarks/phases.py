@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -82,8 +83,10 @@ def sampler():
 def check_sampler():
     """Refuses, in one line, a machine where py-spy cannot sample a child process
     (a container without ptrace), before any training starts."""
-    command = sampled([sys.executable, "-c", "pass"], Path("/dev/null"))
-    result = subprocess.run(command, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory() as folder:
+        command = sampled([sys.executable, "-c", "import time; time.sleep(0.5)"],
+                          Path(folder) / "raw.txt")  # long enough to be found
+        result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         tail = (result.stderr.strip().splitlines() or ["(nothing)"])[-1]
         raise UserError(f"--profile: py-spy cannot sample a process here ({tail}); run "
@@ -98,8 +101,7 @@ def sampled(command, raw_file):
 
 def main_thread_samples(lines):
     """{phase: samples} of the main thread, from py-spy's raw lines
-    (`thread (ID)[: NAME];frame;...;frame COUNT`). The main thread's id is the
-    process's, the one py-spy names MainThread."""
+    (`thread (ID)[: NAME];frame;...;frame COUNT`)."""
     stacks = []
     for line in lines:
         stack, _, count = line.rstrip("\n").rpartition(" ")
@@ -109,7 +111,10 @@ def main_thread_samples(lines):
         found = THREAD.match(thread)
         if found:
             stacks.append((found["id"], found["name"] or "", frames, int(count)))
-    main = {thread for thread, name, _, _ in stacks if name == ": MainThread"}
+    # Named where the process imported threading; else the thread whose stacks start
+    # at the program (other threads start in threading's _bootstrap).
+    main = {thread for thread, name, frames, _ in stacks if name == ": MainThread"
+            or frames[:1] and frames[0].startswith(("<module> (", "_run_module_as_main ("))}
     samples = Counter()
     for thread, _, frames, count in stacks:
         if thread in main:

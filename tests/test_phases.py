@@ -48,7 +48,8 @@ def test_phases_are_the_main_threads_shares_of_the_wall_time(tmp_path):
         f"thread (7): MainThread;{FIT};{STEP} 60\n"
         f"thread (7);{RUN};_find_and_load (<frozen importlib._bootstrap>:1176) 20\n"  # unnamed yet
         f"thread (7): MainThread;{FIT};evaluate (keras/src/backend/tensorflow/trainer.py:450) 20\n"
-        f"thread (9): Thread-1;{FIT};{STEP} 500\n"  # another thread's samples count for nothing
+        # another thread's samples count for nothing
+        f"thread (9): Thread-1;_bootstrap (threading.py:1002);run (threading.py:982);{STEP} 500\n"
         "a damaged line\n")
     seconds = phases.phases(raw, wall_s=200.0, trace_s=10.0)
     assert list(seconds) == list(phases.NAMES)
@@ -64,3 +65,10 @@ def test_no_sample_of_the_main_thread_is_one_line(tmp_path):
     raw.write_text("thread (9): Thread-1;f (x.py:1) 5\n")
     with pytest.raises(UserError, match="no sample of the run's main thread"):
         phases.phases(raw, wall_s=1.0)
+
+
+def test_the_main_thread_is_found_unnamed_by_where_its_stacks_start(tmp_path):
+    raw = tmp_path / "raw.txt"  # a process that never imported threading: no names
+    raw.write_text("thread (5);<module> (airbench94_muon_cpu.py:5);main (airbench94_muon_cpu.py:3) 40\n"
+                   "thread (6);_bootstrap (threading.py:1002);run (x.py:1) 40\n")
+    assert phases.phases(raw, wall_s=2.0)["training steps"] == pytest.approx(2.0)
