@@ -94,9 +94,10 @@ def check_sampler():
 
 
 def sampled(command, raw_file):
-    """`command` run under py-spy, its stacks written to `raw_file`."""
+    """`command` run under py-spy, its stacks written to `raw_file` (made absolute:
+    the command may run in another folder, airbench's in its own)."""
     return [sampler(), "record", "--idle", "--threads", "--nonblocking", "--rate", str(RATE),
-            "--format", "raw", "--output", str(raw_file), "--", *command]
+            "--format", "raw", "--output", str(Path(raw_file).resolve()), "--", *command]
 
 
 def main_thread_samples(lines):

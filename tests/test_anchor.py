@@ -6,6 +6,7 @@ names the split its accuracy is on. (The published scripts are not in this
 repository: users bring their own.)"""
 
 import json
+from pathlib import Path
 import sys
 import types
 
@@ -342,7 +343,7 @@ def test_profile_without_py_spy_is_one_line(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow  # starts a process under py-spy
-def test_a_profiled_run_splits_its_wall_time_into_phases(tmp_path):
+def test_a_profiled_run_splits_its_wall_time_into_phases(monkeypatch, tmp_path):
     try:
         anchor.phases.check_sampler()
     except UserError as refusal:  # a container without ptrace: the refusal is the line users see
@@ -350,10 +351,14 @@ def test_a_profiled_run_splits_its_wall_time_into_phases(tmp_path):
     # A stand-in for the patched script: its `main` trains (here, sleeps) for 2 s.
     (tmp_path / "airbench94_muon_cpu.py").write_text(
         "import time\ndef main():\n    time.sleep(2)\n    print('Mean: 0.9400')\nmain()\n")
+    # Its output folder given relative to here, as anchor's runs/ is, while it runs in its own.
+    here = tmp_path / "here"
+    (here / "out").mkdir(parents=True)
+    monkeypatch.chdir(here)
     row = anchor._timed("airbench94_muon.py", 0, [sys.executable, "airbench94_muon_cpu.py"],
-                        tmp_path, {}, anchor.MEAN.findall, tmp_path, True)
+                        tmp_path, {}, anchor.MEAN.findall, Path("out"), True)
     split = row["phases"]
     assert list(split) == list(anchor.phases.NAMES)
     assert sum(split.values()) == pytest.approx(row["wall_s"])
     assert split["training steps"] > 0.5 * row["wall_s"], split
-    assert (tmp_path / "airbench94_muon-run0.pyspy.txt").is_file()
+    assert (here / "out" / "airbench94_muon-run0.pyspy.txt").is_file()
