@@ -50,6 +50,7 @@ DEFAULTS = {
     "cache": True,  # tfds: keep decoded uint8 images in memory after the first epoch
     # Progressive resizing: the first early_epochs train on images shrunk to early_size
     # pixels a side (a fraction of the arithmetic), then full size; null: full size throughout.
+    # Offered by a recipe whose CONFIG lists data.early_size (its model takes any size).
     "early_size": None,
     "early_epochs": 0,
 }

@@ -602,8 +602,12 @@ def resolve_mode(execution, backend):
 
 def data_defaults(data_config, folder=Path(__file__).parent):
     """The data section's keys: keras_course_recipes/data.py's DEFAULTS, and keras_course_recipes/augment.py's
-    for a recipe whose CONFIG lists `data.augment`."""
+    for a recipe whose CONFIG lists `data.augment`. The progressive-resizing keys only
+    where CONFIG lists `data.early_size`: its model takes images of any size."""
     defaults = module_literal(folder / "data.py", "DEFAULTS")
+    if "early_size" not in data_config:
+        for key in ("early_size", "early_epochs"):
+            defaults.pop(key)
     if "augment" in data_config:
         if not (folder / "augment.py").is_file():
             raise UserError(f"This recipe augments its images, and {folder / 'augment.py'} is "

@@ -85,6 +85,8 @@ CONFIG = {
         "batch_size": 1024,  # airbench's: few, large steps use the CPU's wide kernels well
         "augment": ["flip", {"pad_crop": {"padding": 2, "fill": "reflect"}}],  # airbench's 2-pixel translations, edges reflected
         "augment_engine": "keras",  # Keras core's layers: seeded per epoch, so a resumed run is exact (keras-cv's are not)
+        "early_size": None,  # progressive resizing: the first early_epochs on images this many pixels a side
+        "early_epochs": 0,
     },
     "model": {
         "widths": [64, 192, 192],  # each block's first convolution (airbench94: 64, 256, 256)

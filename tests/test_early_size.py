@@ -67,3 +67,9 @@ def test_the_whitened_network_takes_either_size_and_its_views_are_the_same():
              for model in (open_size, fixed)]
     assert views[0].shape == (4, 6, 10)
     np.testing.assert_allclose(views[0], views[1], rtol=1e-5, atol=1e-6)
+
+
+def test_a_recipe_whose_model_takes_one_size_refuses_the_keys_in_one_line():
+    with pytest.raises(UserError, match="Unknown config key 'data.early_size'"):
+        recipe_config.resolve("mnist_mlp", overrides=["data.early_size=14"],
+                              announce=lambda line: None)
