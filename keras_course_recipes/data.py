@@ -50,9 +50,11 @@ DEFAULTS = {
     "cache": True,  # tfds: keep decoded uint8 images in memory after the first epoch
     # Progressive resizing: the first early_epochs train on images shrunk to early_size
     # pixels a side (a fraction of the arithmetic), then full size; null: full size throughout.
+    # early_crop: a random early_size window of each image instead, at full scale.
     # Offered by a recipe whose CONFIG lists data.early_size (its model takes any size).
     "early_size": None,
     "early_epochs": 0,
+    "early_crop": False,
 }
 # name: (input shape, number of classes). Read as a literal by keras_course_recipes/settings.py,
 # which refuses any other data.name before Keras starts (`show` as `run`).
@@ -366,7 +368,8 @@ def _tf_batches(config, batch_size, one_hot_classes, seed, host_augment, mirrore
     (a tf.data.Dataset, or an (images, labels) pair of arrays); for training,
     from the run's step `start` on. `mirrored`: the images alternating_flip
     mirrors in even passes, or None. The training batches before step
-    `early_steps` are shrunk to `data.early_size` a side.
+    `early_steps` are shrunk to `data.early_size` a side, or with
+    `data.early_crop` cut to a window that size, drawn by the step's seed.
 
     A resumed run starts the pipeline from the beginning and skips the
     batches before `start`, so that the seeded shuffle's order and host
@@ -400,8 +403,22 @@ def _tf_batches(config, batch_size, one_hot_classes, seed, host_augment, mirrore
     def shrink_early(step, batch):  # antialiased, as a smaller camera would see the image
         images, labels = batch
         size = (config["early_size"], config["early_size"])
-        return tf.cond(step < early_steps, lambda: tf.image.resize(images, size, antialias=True),
-                       lambda: images), labels
+        early = window if config["early_crop"] else (
+            lambda step, images: tf.image.resize(images, size, antialias=True))
+        return tf.cond(step < early_steps, lambda: early(step, images), lambda: images), labels
+
+    def window(step, images):
+        # Each image's own early_size window, its corner drawn from (seed, step): a resumed
+        # run draws the same ones. crop_and_resize at whole-pixel corners copies the pixels.
+        size, (height, width) = config["early_size"], images.shape[1:3]
+        count = tf.shape(images)[0]
+        corners = tf.random.stateless_uniform(
+            [count, 2], seed=tf.stack([tf.cast(seed or 0, tf.int64), step]),
+            maxval=min(height, width) - size + 1, dtype=tf.int32)
+        top, left = tf.unstack(tf.cast(corners, tf.float32), axis=1)
+        boxes = tf.stack([top / (height - 1), left / (width - 1), (top + size - 1) / (height - 1),
+                          (left + size - 1) / (width - 1)], axis=1)
+        return tf.image.crop_and_resize(images, boxes, tf.range(count), (size, size))
 
     def alternate_flip(positions, example):
         # An image's position in the repeated stream is (pass, image): mirrored

@@ -62,7 +62,7 @@ TYPES = {"data.dir": str, "data.path": str, "train.epochs": int, "train.steps_pe
          "train.lr": float, "train.validation_freq": int, "train.schedule": str,
          "run.dir": str, "run.verbose": (str, int), "execution.mode": str,
          "execution.onednn": bool, "callbacks.profile": (str, int, list),
-         "execution.devices": str, "data.early_size": int}
+         "execution.devices": str, "data.early_size": int, "data.early_crop": bool}
 NULLABLE = {"train.steps_per_epoch"}
 CHOICES = {"execution.backend": list(BACKEND_MODES),
            "execution.strategy": ["none", "mirrored", "multi_worker"],
@@ -606,7 +606,7 @@ def data_defaults(data_config, folder=Path(__file__).parent):
     where CONFIG lists `data.early_size`: its model takes images of any size."""
     defaults = module_literal(folder / "data.py", "DEFAULTS")
     if "early_size" not in data_config:
-        for key in ("early_size", "early_epochs"):
+        for key in ("early_size", "early_epochs", "early_crop"):
             defaults.pop(key)
     if "augment" in data_config:
         if not (folder / "augment.py").is_file():

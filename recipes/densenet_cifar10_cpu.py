@@ -87,6 +87,7 @@ CONFIG = {
         "augment_engine": "keras",  # Keras core's layers: seeded per epoch, so a resumed run is exact (keras-cv's are not)
         "early_size": None,  # progressive resizing: the first early_epochs on images this many pixels a side
         "early_epochs": 0,
+        "early_crop": False,  # true: a random early_size window of each image, at full scale, not shrunk
     },
     "model": {
         "widths": [64, 192, 192],  # each block's first convolution (airbench94: 64, 256, 256)

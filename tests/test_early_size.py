@@ -73,3 +73,24 @@ def test_a_recipe_whose_model_takes_one_size_refuses_the_keys_in_one_line():
     with pytest.raises(UserError, match="Unknown config key 'data.early_size'"):
         recipe_config.resolve("mnist_mlp", overrides=["data.early_size=14"],
                               announce=lambda line: None)
+
+
+def test_early_crop_cuts_each_image_a_window_at_full_scale_the_same_on_resume():
+    config = data_config("data.early_size=20", "data.early_epochs=2", "data.early_crop=true")
+    full = rdata.load(data_config(), seed=3, one_hot=True)
+    cropped = rdata.load(config, seed=3, one_hot=True)
+    steps = full.steps_per_epoch
+    batches = list(itertools.islice(cropped.train, 3 * steps))
+    assert [tuple(images.shape) for images, _ in batches] == (
+        [(8, 20, 20, 3)] * 2 * steps + [(8, 32, 32, 3)] * steps)
+    corners = set()
+    for (window, _), (image, _) in zip(batches[:2 * steps], itertools.islice(full.train, 2 * steps)):
+        for one, whole in zip(np.asarray(window), np.asarray(image)):  # the pixels, not a resampling
+            found = [(top, left) for top in range(13) for left in range(13)
+                     if np.allclose(whole[top:top + 20, left:left + 20], one, atol=1e-6)]
+            assert found, "a window that is no part of its image"
+            corners.add(found[0])
+    assert len(corners) > 10  # each image its own corner
+    resumed = rdata.load(config, seed=3, one_hot=True, initial_epoch=1)
+    for (a, _), (b, _) in zip(itertools.islice(resumed.train, steps), batches[steps:2 * steps]):
+        np.testing.assert_array_equal(a, b)
