@@ -13,6 +13,10 @@ this module's to write:
 - `rows`: the rows of `results/FILE.csv` whose `where=COLUMN:VALUE`, the `columns=` given;
 - `recipes`: the README's recipe table, `results/references.csv` with each recipe's
   headline group from `results/accuracy.csv` as one cell;
+- `pairs`: the anchor's side-by-side measurements, one row per `labels=A;B;...`: the
+  groups `anchor LABEL RECIPE MACHINE` and `anchor LABEL ANCHOR MACHINE` (`recipe=`,
+  `anchor=`, `machine=`), with the recipe's overrides beyond the data, each side's mean,
+  the difference in points and the ratio of their mean wall times;
 - `pivot`: the figures of one `group=` of `results/speed.csv` (one measurement: a
   compare, a benchmark), a row per distinct `rows=COLUMN[,COLUMN]` and a column per
   `mode` (`columns=mode metric=NAME`, `values=` to choose and order them) or per
@@ -122,6 +126,30 @@ def groups_table(store, file, groups):
         lines.append(f"| `{found['recipe']}` | {label.strip()} | {found['split']} | "
                      f"{found['runs']} | {accuracy_cell(found)} | {found['epochs']} | {wall} | "
                      f"{found['machine']} | {found['dates']} |")
+    return "\n".join(lines) + "\n"
+
+
+# The anchor's own arguments and the data's place: the same in every pair, not what it tried.
+NOT_AN_ATTEMPT = ("runs=", "data.source=", "data.path=", "data.validation_split=")
+
+
+def pairs_table(store, file, labels, recipe, anchor, machine):
+    rows = read(file, store)
+    lines = [f"| attempt | overrides | runs a side | `{recipe}` | `{anchor}` | difference "
+             "| wall-time ratio |", "|---|---|---|---|---|---|---|"]
+    for label in labels.split(";"):
+        ours = grouped(rows, f"anchor {label} {recipe} {machine}")
+        theirs = grouped(rows, f"anchor {label} {anchor} {machine}")
+        command = next(row["command"] for row in rows
+                       if row["group"] == f"anchor {label} {recipe} {machine}")
+        tried = [word for word in command.split(" ")[3:] if "=" in word
+                 and not word.startswith(NOT_AN_ATTEMPT)]
+        runs = str(ours["runs"]) if ours["runs"] == theirs["runs"] else (
+            f"{ours['runs']} and {theirs['runs']}")
+        lines.append(f"| {label} | {' '.join(f'`{word}`' for word in tried) or '–'} | {runs} | "
+                     f"{accuracy_cell(ours)} | {accuracy_cell(theirs)} | "
+                     f"{100 * (ours['mean'] - theirs['mean']):+.2f} points | "
+                     f"{ours['wall_s'] / theirs['wall_s']:.2f}x |")
     return "\n".join(lines) + "\n"
 
 
@@ -263,9 +291,11 @@ def render(kind, text, store=STORE):
         return rows_table(store, given["file"], given["columns"], given.get("where"))
     if kind == "recipes":
         return recipes_table(store)
+    if kind == "pairs":
+        return pairs_table(store, **given)
     if kind == "pivot":  # results/speed.csv's columns: speed.csv, or checks.csv (the suite's)
         return pivot_table(store, **given)
-    raise SystemExit(f"error: unknown results block '{kind}': groups, rows, recipes or pivot.")
+    raise SystemExit(f"error: unknown results block '{kind}': groups, rows, recipes, pairs or pivot.")
 
 
 def regenerate(text, store=STORE):

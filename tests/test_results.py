@@ -137,6 +137,30 @@ def test_a_marker_naming_a_group_the_store_lacks_is_one_line(tmp_path):
                            "<!-- /results -->", store)
 
 
+def test_a_pair_shows_what_the_attempt_changed_the_difference_and_the_ratio(tmp_path):
+    folder = tmp_path / "store"
+    folder.mkdir()
+    command = ("python -m benchmarks anchor cifar10_record --script airbench94_muon.py runs=2 "
+               "data.early_size=20 data.source=folder data.path=/tmp/cifar")
+    with (folder / "accuracy.csv").open("w", newline="") as file:
+        writer = csv.DictWriter(file, record.COLUMNS)
+        writer.writeheader()
+        for side, values, wall in (("cifar10_record", ("0.9380", "0.9400"), "400"),
+                                   ("airbench94_muon", ("0.9360", "0.9370"), "800")):
+            for value in values:
+                writer.writerow({**dict.fromkeys(record.COLUMNS, ""), "recipe": side,
+                                 "group": f"anchor crop {side} EPYC-oneDNN", "command": command,
+                                 "split": "validation", "metric": "accuracy", "value": value,
+                                 "wall_s": wall, "machine": "EPYC-oneDNN", "date": "2026-12-07"})
+    table = results.pairs_table(folder, "accuracy", "crop", "cifar10_record", "airbench94_muon",
+                                "EPYC-oneDNN")
+    assert table.splitlines()[2] == ("| crop | `data.early_size=20` | 2 | 93.90% (93.80% to 94.00%) "
+                                     "| 93.65% (93.60% to 93.70%) | +0.25 points | 0.50x |")
+    with pytest.raises(SystemExit, match="no row of the store has group 'anchor other"):
+        results.pairs_table(folder, "accuracy", "other", "cifar10_record", "airbench94_muon",
+                            "EPYC-oneDNN")
+
+
 def test_the_plot_draws_the_store(tmp_path):
     store = write_store(tmp_path / "store", [("0.9416", "2169"), ("0.9428", "2290")])
     out = results.plot(store, tmp_path / "plot.png")
