@@ -142,7 +142,7 @@ def pairs_table(store, file, labels, recipe, anchor, machine):
         theirs = grouped(rows, f"anchor {label} {anchor} {machine}")
         command = next(row["command"] for row in rows
                        if row["group"] == f"anchor {label} {recipe} {machine}")
-        tried = [word for word in command.split(" ")[3:] if "=" in word
+        tried = [word for word in command.split(" ") if "=" in word
                  and not word.startswith(NOT_AN_ATTEMPT)]
         runs = str(ours["runs"]) if ours["runs"] == theirs["runs"] else (
             f"{ours['runs']} and {theirs['runs']}")

@@ -400,12 +400,14 @@ def _tf_batches(config, batch_size, one_hot_classes, seed, host_augment, mirrore
         images = tf.cast(images, tf.float32) / 255.0
         return images, labels if one_hot_classes is None else tf.one_hot(labels, one_hot_classes)
 
-    def shrink_early(step, batch):  # antialiased, as a smaller camera would see the image
+    def early(step, batch):
         images, labels = batch
-        size = (config["early_size"], config["early_size"])
-        early = window if config["early_crop"] else (
-            lambda step, images: tf.image.resize(images, size, antialias=True))
-        return tf.cond(step < early_steps, lambda: early(step, images), lambda: images), labels
+        smaller = window if config["early_crop"] else shrink
+        return tf.cond(step < early_steps, lambda: smaller(step, images), lambda: images), labels
+
+    def shrink(step, images):  # antialiased, as a smaller camera would see the image
+        size = config["early_size"]
+        return tf.image.resize(images, (size, size), antialias=True)
 
     def window(step, images):
         # Each image's own early_size window, its corner drawn from (seed, step): a resumed
@@ -477,7 +479,7 @@ def _tf_batches(config, batch_size, one_hot_classes, seed, host_augment, mirrore
             # prefetch overlaps it with training.
             dataset = dataset.map(traced_once(host_augment)).skip(start)
         if training and early_steps > start:  # numbered from the run's step `start`
-            dataset = dataset.enumerate(start).map(shrink_early, num_parallel_calls=autotune)
+            dataset = dataset.enumerate(start).map(early, num_parallel_calls=autotune)
         # AUTOTUNE's parallel steps then run on min(16, cores) threads. tf.data's
         # autotuning thread, on 2 cores, took a core from training now and then,
         # and held the end of `fit` for up to 16 s.
