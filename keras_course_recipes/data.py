@@ -177,8 +177,16 @@ def _early_steps(config, input_shape, steps_per_epoch):
     """The training steps whose images shrink to `data.early_size`, refused in one
     line where they cannot: 0 without progressive resizing."""
     size, epochs = config["early_size"], config["early_epochs"]
-    if size is None or epochs == 0:
+    if size is None:
+        given = [f"data.{key}={str(config[key]).lower()}" for key in ("early_epochs", "early_crop")
+                 if config[key]]
+        if given:  # else they would be dropped without a word: a full-size run
+            raise UserError(f"{' and '.join(given)} needs data.early_size, the early images' "
+                            "size a side: give it, or drop them.")
         return 0
+    if epochs == 0:
+        raise UserError(f"data.early_size={size} with data.early_epochs=0 changes no epoch: "
+                        "give the number of early epochs, or drop data.early_size.")
     if size >= min(input_shape[:2]):
         raise UserError(f"data.early_size={size} is not below the images' "
                         f"{input_shape[0]}x{input_shape[1]}: give a smaller size, or null.")

@@ -50,6 +50,9 @@ def test_a_resumed_run_shrinks_only_the_early_steps_it_has_left():
     (("data.early_size=32", "data.early_epochs=1"), "data.early_size=32 is not below the images' 32x32"),
     (("data.early_size=0",), "'data.early_size' must be at least 1"),
     (("data.early_epochs=-1",), "'data.early_epochs' must be at least 0"),
+    (("data.early_epochs=2", "data.early_crop=true"),
+     "data.early_epochs=2 and data.early_crop=true needs data.early_size"),
+    (("data.early_size=16",), "data.early_size=16 with data.early_epochs=0 changes no epoch"),
 ])
 def test_a_size_that_cannot_shrink_is_one_line(overrides, message):
     with pytest.raises(UserError, match=message):
